@@ -1,0 +1,37 @@
+# Shared by the benchmarks: build and install pasv like scripts/start.sh,
+# then run a dedicated, freshly initialised cluster with pinned settings.
+# Benchmarks print figures; they assert nothing.
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+PASV_BENCH_PORT=${PASV_BENCH_PORT:-54339}
+BENCH_DATA=$PASV_HOME/bench/data
+BENCH_LOG=$PASV_HOME/log/bench.log
+
+bench_start() {
+  setup_all
+  if cluster_running "$BENCH_DATA"; then stop_cluster "$BENCH_DATA"; fi
+  rm -rf "$BENCH_DATA"
+  pasv_dir "$PASV_HOME/bench"
+  init_cluster "$BENCH_DATA" "$PASV_BENCH_PORT"
+  {
+    echo "shared_buffers = '1GB'"
+    echo "synchronous_commit = on"
+    echo "max_wal_size = '8GB'"
+    echo "checkpoint_timeout = '30min'"
+    echo "autovacuum = off"
+    echo "pasv.memtable_budget = '512MB'"
+  } >>"$BENCH_DATA/pasv.conf"
+  start_cluster "$BENCH_DATA" "$BENCH_LOG"
+  wait_ready "$PASV_BENCH_PORT"
+  trap 'stop_cluster "$BENCH_DATA"' EXIT
+  bench_psql -c "CREATE EXTENSION IF NOT EXISTS pasv" >/dev/null
+}
+
+bench_psql() {
+  "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres -d postgres "$@"
+}
+
+machine_line() {
+  echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr); PostgreSQL $("$PG_CONFIG" --version)"
+}

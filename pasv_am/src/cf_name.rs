@@ -1,0 +1,138 @@
+//! Column-family names: the only place in pasv where a CF name is spelled.
+//!
+//! Owns the mapping between a column family's identity and its RocksDB name.
+//! Nothing else may build or take apart a CF name by hand (DESIGN §2).
+//!
+//! Invariants:
+//! * A name starts with one ASCII letter naming its kind, then `.`: `t.` for a
+//!   table CF (`t.{db}.{rel}.{incarnation}`). Index CFs will get their own
+//!   letter; [`META_CF`] and RocksDB's `default` contain no `.` and so can
+//!   never be mistaken for a kind-prefixed name.
+//! * Parsing is the exact inverse of formatting: numbers are plain decimal with
+//!   no sign and no leading zeros, so one identity has exactly one name, and a
+//!   name that does not round-trip is "not ours".
+//! * The incarnation makes a reused (db, relfilenumber) pair a different CF, so
+//!   replay meant for an old table can never land in a new one.
+
+use std::fmt;
+
+/// The engine's own CF: the incarnation counter (later also per-CF state).
+pub const META_CF: &str = "meta";
+
+/// Kind letter of table CF names.
+const TABLE_PREFIX: &str = "t.";
+
+/// Identity of one incarnation of a table's column family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableCf {
+    /// Database OID.
+    pub db: u32,
+    /// Relfilenumber of the table.
+    pub rel: u32,
+    /// Engine-wide counter value given to this CF when it was created.
+    pub incarnation: u64,
+}
+
+impl TableCf {
+    /// The RocksDB name, `t.{db}.{rel}.{incarnation}`.
+    pub fn name(&self) -> String {
+        format!(
+            "{TABLE_PREFIX}{}.{}.{}",
+            self.db, self.rel, self.incarnation
+        )
+    }
+
+    /// Parses a name produced by [`TableCf::name`]; `None` for anything else
+    /// (the meta CF, `default`, other kinds, non-canonical spellings).
+    pub fn parse(name: &str) -> Option<TableCf> {
+        let rest = name.strip_prefix(TABLE_PREFIX)?;
+        let mut parts = rest.split('.');
+        let db = parse_decimal(parts.next()?)?;
+        let rel = parse_decimal(parts.next()?)?;
+        let incarnation = parse_decimal(parts.next()?)?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(TableCf {
+            db: u32::try_from(db).ok()?,
+            rel: u32::try_from(rel).ok()?,
+            incarnation,
+        })
+    }
+}
+
+impl fmt::Display for TableCf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Canonical unsigned decimal: digits only, no leading zero unless the value is 0.
+fn parse_decimal(s: &str) -> Option<u64> {
+    let canonical =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    if canonical {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_name_round_trips() {
+        for cf in [
+            TableCf {
+                db: 0,
+                rel: 0,
+                incarnation: 0,
+            },
+            TableCf {
+                db: 5,
+                rel: 16384,
+                incarnation: 1,
+            },
+            TableCf {
+                db: u32::MAX,
+                rel: u32::MAX,
+                incarnation: u64::MAX,
+            },
+        ] {
+            assert_eq!(TableCf::parse(&cf.name()), Some(cf));
+        }
+        assert_eq!(
+            TableCf {
+                db: 5,
+                rel: 16384,
+                incarnation: 7
+            }
+            .name(),
+            "t.5.16384.7"
+        );
+    }
+
+    #[test]
+    fn foreign_and_non_canonical_names_are_rejected() {
+        for name in [
+            META_CF,
+            "default",
+            "",
+            "t.",
+            "t.1.2",
+            "t.1.2.3.4",
+            "t.01.2.3",
+            "t.+1.2.3",
+            "t.-1.2.3",
+            "t.1..3",
+            "t.4294967296.2.3",
+            "t.1.2.18446744073709551616",
+            "i.1.2.3",
+            "T.1.2.3",
+        ] {
+            assert_eq!(TableCf::parse(name), None, "{name:?}");
+        }
+    }
+}

@@ -1,0 +1,1099 @@
+//! The RocksDB instance: column families, rowid allocation, batched writes, scans.
+//!
+//! Owns the one RocksDB handle of the cluster (DESIGN §1-2) and the map from a
+//! table, `(db, rel)`, to the CF of its current incarnation. Calls RocksDB and
+//! the codecs of this crate; knows nothing of PostgreSQL or the channel.
+//! [`Engine`] is `Send + Sync`: the engine worker's service threads share one.
+//!
+//! Invariants:
+//! * Every write uses `disable_wal` (DESIGN §4: PostgreSQL's WAL is the only log).
+//! * All CFs share one `WriteBufferManager` (memtable budget) and one LRU block
+//!   cache, with index and filter blocks charged to it, so memory stays bounded
+//!   however many tables exist.
+//! * Incarnations are never reused: the counter in the meta CF is advanced and
+//!   flushed before a CF with the new incarnation is created, and on open it is
+//!   raised past every incarnation found in a CF name.
+//! * At most one CF per `(db, rel)`. If a crash left several (between creating
+//!   a truncated table's new CF and dropping the old one), open keeps the newest
+//!   incarnation and drops the others: no `CfRef` can reach them.
+//! * `next_rowid` of a table is above every rowid in its CF: on open it is
+//!   1 + the largest rowid present, and every `put_batch` raises it past the
+//!   rowids it writes (so replayed rows are never handed out again). Rowids
+//!   allocated but never written may be handed out again after a restart.
+//! * DDL (create, drop, truncate, the incarnation counter) is serialised by one
+//!   mutex; the table map's `RwLock` is held only to look up, insert or remove.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rocksdb::{
+    properties, BlockBasedOptions, BoundColumnFamily, Cache, ColumnFamilyDescriptor,
+    DBCompressionType, DBWithThreadMode, ErrorKind, FlushOptions, MultiThreaded, Options,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DEFAULT_COLUMN_FAMILY_NAME,
+};
+use thiserror::Error;
+
+use crate::cf_name::{TableCf, META_CF};
+use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+use crate::protocol::{CfRef, EntryBatch, ErrorCode, ProtocolError, ScanWriter};
+
+type Db = DBWithThreadMode<MultiThreaded>;
+
+/// Meta CF key of the next incarnation to hand out (u64 little-endian).
+const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
+/// Incarnations start at 1; 0 never names a CF.
+const FIRST_INCARNATION: u64 = 1;
+
+/// How to open the engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// RocksDB directory (`$PGDATA/pasv`); created if missing.
+    pub path: PathBuf,
+    /// Memtable memory shared by all CFs (`pasv.memtable_budget`).
+    pub memtable_budget_bytes: usize,
+    /// Block cache shared by all CFs (`pasv.block_cache_size`).
+    pub block_cache_bytes: usize,
+    /// RocksDB background flush + compaction threads; ≤ 0 keeps RocksDB's default.
+    pub background_jobs: i32,
+}
+
+/// What the engine failed to do, classified for the backend by [`EngineError::code`].
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("no column family for table {0}")]
+    NoSuchCf(CfRef),
+    #[error("{context}: {source}")]
+    RocksDb {
+        context: String,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("entry with a {key_len}-byte key and a {value_len}-byte value does not fit in an empty response")]
+    EntryTooLarge { key_len: usize, value_len: usize },
+    #[error("rowids of table {0} are exhausted")]
+    RowidsExhausted(CfRef),
+    #[error("corruption: {0}")]
+    Corruption(String),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+}
+
+impl EngineError {
+    /// The wire error class.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            EngineError::NoSuchCf(_) => ErrorCode::NoSuchCf,
+            EngineError::RocksDb { source, .. } => classify(source),
+            EngineError::BadRequest(_) => ErrorCode::BadRequest,
+            EngineError::EntryTooLarge { .. } => ErrorCode::TooLarge,
+            EngineError::RowidsExhausted(_) => ErrorCode::Other,
+            EngineError::Corruption(_) => ErrorCode::Corruption,
+            EngineError::Protocol(e) => e.code(),
+        }
+    }
+}
+
+/// RocksDB reports ENOSPC as an IO error whose text says so; it gets its own class.
+fn classify(error: &rocksdb::Error) -> ErrorCode {
+    if error.as_ref().contains("No space left") {
+        return ErrorCode::DiskFull;
+    }
+    match error.kind() {
+        ErrorKind::Corruption => ErrorCode::Corruption,
+        ErrorKind::IOError => ErrorCode::Io,
+        ErrorKind::Busy | ErrorKind::TryAgain | ErrorKind::TimedOut => ErrorCode::Busy,
+        _ => ErrorCode::Other,
+    }
+}
+
+/// `map_err` adapter for a fixed context.
+fn rocks(context: &'static str) -> impl FnOnce(rocksdb::Error) -> EngineError {
+    move |source| EngineError::RocksDb {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+/// `map_err` adapter whose context is only formatted on failure (hot paths).
+fn rocks_with(context: impl FnOnce() -> String) -> impl FnOnce(rocksdb::Error) -> EngineError {
+    move |source| EngineError::RocksDb {
+        context: context(),
+        source,
+    }
+}
+
+/// A table's statistics (answer to `CfInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CfInfo {
+    /// The next rowid `alloc_rowids` would hand out.
+    pub next_rowid: u64,
+    /// RocksDB's estimate of the number of keys (all versions).
+    pub approx_keys: u64,
+    /// Estimated live data in SST files plus the memtables' size.
+    pub approx_bytes: u64,
+}
+
+/// The current incarnation of one table.
+#[derive(Debug)]
+struct TableEntry {
+    cf: TableCf,
+    name: String,
+    next_rowid: AtomicU64,
+}
+
+/// DDL state, guarded by `Engine::ddl`.
+#[derive(Debug)]
+struct Ddl {
+    next_incarnation: u64,
+}
+
+/// The storage engine. See the module documentation for its invariants.
+pub struct Engine {
+    // Field order is drop order: the DB (and its CF handles) closes before the
+    // options, cache and write buffer manager it uses are released.
+    db: Db,
+    tables: RwLock<HashMap<CfRef, Arc<TableEntry>>>,
+    ddl: Mutex<Ddl>,
+    write_options: WriteOptions,
+    cf_options: Options,
+    _block_cache: Cache,
+    _write_buffer_manager: WriteBufferManager,
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+};
+
+impl Engine {
+    /// Opens (creating if needed) the RocksDB instance and every CF in it.
+    pub fn open(cfg: EngineConfig) -> Result<Engine, EngineError> {
+        let block_cache = Cache::new_lru_cache(cfg.block_cache_bytes);
+        // allow_stall = false: over budget, RocksDB flushes the largest memtable
+        // instead of blocking writers (a stalled writer could hold up the thread
+        // that must XLogFlush for that very flush).
+        let write_buffer_manager =
+            WriteBufferManager::new_write_buffer_manager(cfg.memtable_budget_bytes, false);
+
+        let mut table_options = BlockBasedOptions::default();
+        table_options.set_block_cache(&block_cache);
+        table_options.set_cache_index_and_filter_blocks(true);
+        table_options.set_pin_l0_filter_and_index_blocks_in_cache(true);
+
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_write_buffer_manager(&write_buffer_manager);
+        options.set_block_based_table_factory(&table_options);
+        options.set_compression_type(DBCompressionType::Lz4);
+        options.set_bottommost_compression_type(DBCompressionType::Zstd);
+        if cfg.background_jobs > 0 {
+            options.set_max_background_jobs(cfg.background_jobs);
+        }
+
+        let mut names = BTreeSet::from([DEFAULT_COLUMN_FAMILY_NAME.to_owned(), META_CF.to_owned()]);
+        if cfg.path.join("CURRENT").exists() {
+            names.extend(Db::list_cf(&options, &cfg.path).map_err(rocks("list column families"))?);
+        }
+        let descriptors = names
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, options.clone()));
+        let db = Db::open_cf_descriptors(&options, &cfg.path, descriptors).map_err(rocks_with(
+            || format!("open RocksDB at {}", cfg.path.display()),
+        ))?;
+
+        // The newest incarnation of each table wins; older ones are unreachable.
+        let mut newest: BTreeMap<CfRef, TableCf> = BTreeMap::new();
+        let mut shadowed = Vec::new();
+        for cf in names.iter().filter_map(|name| TableCf::parse(name)) {
+            let key = CfRef {
+                db: cf.db,
+                rel: cf.rel,
+            };
+            match newest.get(&key) {
+                Some(kept) if kept.incarnation > cf.incarnation => shadowed.push(cf),
+                Some(kept) => {
+                    shadowed.push(*kept);
+                    newest.insert(key, cf);
+                }
+                None => {
+                    newest.insert(key, cf);
+                }
+            }
+        }
+        for cf in &shadowed {
+            db.drop_cf(&cf.name())
+                .map_err(rocks_with(|| format!("drop shadowed {cf}")))?;
+        }
+
+        let persisted = read_next_incarnation(&db)?;
+        let past_names = names
+            .iter()
+            .filter_map(|name| TableCf::parse(name))
+            .map(|cf| cf.incarnation.saturating_add(1))
+            .max()
+            .unwrap_or(FIRST_INCARNATION);
+        let next_incarnation = persisted.max(past_names).max(FIRST_INCARNATION);
+
+        let mut tables = HashMap::with_capacity(newest.len());
+        for (key, cf) in newest {
+            let name = cf.name();
+            let next_rowid = next_rowid_from_data(&db, &name)?;
+            tables.insert(
+                key,
+                Arc::new(TableEntry {
+                    cf,
+                    name,
+                    next_rowid: AtomicU64::new(next_rowid),
+                }),
+            );
+        }
+
+        let mut write_options = WriteOptions::default();
+        write_options.disable_wal(true);
+
+        Ok(Engine {
+            db,
+            tables: RwLock::new(tables),
+            ddl: Mutex::new(Ddl { next_incarnation }),
+            write_options,
+            cf_options: options,
+            _block_cache: block_cache,
+            _write_buffer_manager: write_buffer_manager,
+        })
+    }
+
+    /// Creates the table's CF with a new incarnation and rowids from 0. An
+    /// existing CF for `(db, rel)` is an orphan (its creator aborted or
+    /// crashed and the relfilenumber was reused) and is dropped first.
+    pub fn create_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
+        let mut ddl = self.lock_ddl();
+        if let Some(orphan) = self.lookup(cf) {
+            self.drop_table(cf, &orphan)?;
+        }
+        let entry = self.create_incarnation(&mut ddl, cf)?;
+        let created = entry.cf;
+        self.tables_mut().insert(cf, entry);
+        Ok(created)
+    }
+
+    /// Drops the table's CF; a missing CF is not an error (drop is idempotent).
+    pub fn drop_cf(&self, cf: CfRef) -> Result<(), EngineError> {
+        let _ddl = self.lock_ddl();
+        match self.lookup(cf) {
+            Some(entry) => self.drop_table(cf, &entry),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops every CF of database `db`; returns how many were dropped.
+    pub fn drop_database(&self, db: u32) -> Result<usize, EngineError> {
+        let _ddl = self.lock_ddl();
+        let victims: Vec<(CfRef, Arc<TableEntry>)> = self
+            .tables()
+            .iter()
+            .filter(|(key, _)| key.db == db)
+            .map(|(key, entry)| (*key, Arc::clone(entry)))
+            .collect();
+        for (key, entry) in &victims {
+            self.drop_table(*key, entry)?;
+        }
+        Ok(victims.len())
+    }
+
+    /// Empties the table: a new, empty incarnation replaces the CF, and its
+    /// rowids restart at 0. Returns the new incarnation.
+    ///
+    /// The new CF is created before the old one is dropped, so a crash in
+    /// between leaves two incarnations, and open keeps the new (empty) one.
+    pub fn truncate_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
+        let mut ddl = self.lock_ddl();
+        let old = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let entry = self.create_incarnation(&mut ddl, cf)?;
+        let created = entry.cf;
+        self.tables_mut().insert(cf, entry);
+        self.db
+            .drop_cf(&old.name)
+            .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
+        Ok(created)
+    }
+
+    /// Reserves `count` consecutive rowids; returns the first.
+    pub fn alloc_rowids(&self, cf: CfRef, count: u32) -> Result<u64, EngineError> {
+        if count == 0 {
+            return Err(EngineError::BadRequest("alloc_rowids of 0 rowids".into()));
+        }
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        entry
+            .next_rowid
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+                next.checked_add(u64::from(count))
+                    .filter(|&end| end <= MAX_ROWID + 1)
+            })
+            .map_err(|_| EngineError::RowidsExhausted(cf))
+    }
+
+    /// Writes the entries atomically (one WriteBatch, RocksDB WAL off). Every
+    /// key must be a row key ([`crate::keys::row_key`]) of a rowid ≤ `MAX_ROWID`.
+    pub fn put_batch(&self, cf: CfRef, batch: EntryBatch<'_>) -> Result<(), EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
+        let mut max_rowid: Option<u64> = None;
+        for (key, value) in batch.iter() {
+            let rowid = match decode_row_key(key) {
+                Some((rowid, _)) if rowid <= MAX_ROWID => rowid,
+                _ => {
+                    return Err(EngineError::BadRequest(format!(
+                        "{}-byte key is not a row key",
+                        key.len()
+                    )))
+                }
+            };
+            max_rowid = max_rowid.max(Some(rowid));
+            write.put_cf(&handle, key, value);
+        }
+        let Some(max_rowid) = max_rowid else {
+            return Ok(());
+        };
+        // Raised before the write, so no allocation can hand out a rowid that
+        // is already visible in the CF (replay writes rows nobody allocated).
+        entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
+        self.db
+            .write_opt(write, &self.write_options)
+            .map_err(rocks_with(|| {
+                format!("write {} entries into {}", batch.len(), entry.name)
+            }))
+    }
+
+    /// Appends the entries with keys in `[start, end)` to `out`, ascending,
+    /// until `out` is full or an entry does not fit. Returns whether entries
+    /// remain: the caller resumes from the successor of the last key returned.
+    /// An entry that does not fit into the still empty `out` is an error.
+    pub fn scan(
+        &self,
+        cf: CfRef,
+        start: &[u8],
+        end: &[u8],
+        out: &mut ScanWriter<'_>,
+    ) -> Result<bool, EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        if start >= end {
+            return Ok(false);
+        }
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
+        iter.seek(start);
+        while let Some((key, value)) = iter.item() {
+            if out.is_full() {
+                return Ok(true);
+            }
+            if !out.try_push(key, value) {
+                if out.is_empty() {
+                    return Err(EngineError::EntryTooLarge {
+                        key_len: key.len(),
+                        value_len: value.len(),
+                    });
+                }
+                return Ok(true);
+            }
+            iter.next();
+        }
+        iter.status()
+            .map_err(rocks_with(|| format!("scan {}", entry.name)))?;
+        Ok(false)
+    }
+
+    /// The table's next rowid and RocksDB's size estimates.
+    pub fn cf_info(&self, cf: CfRef) -> Result<CfInfo, EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        let property = |name: &properties::PropName| {
+            self.db
+                .property_int_value_cf(&handle, name)
+                .map(Option::unwrap_or_default)
+                .map_err(rocks_with(|| format!("read properties of {}", entry.name)))
+        };
+        Ok(CfInfo {
+            next_rowid: entry.next_rowid.load(Ordering::Relaxed),
+            approx_keys: property(properties::ESTIMATE_NUM_KEYS)?,
+            approx_bytes: property(properties::ESTIMATE_LIVE_DATA_SIZE)?
+                .saturating_add(property(properties::CUR_SIZE_ALL_MEM_TABLES)?),
+        })
+    }
+
+    /// Flushes every CF's memtables to SST files and waits for it.
+    pub fn flush_all(&self) -> Result<(), EngineError> {
+        let mut names: Vec<String> = self
+            .tables()
+            .values()
+            .map(|entry| entry.name.clone())
+            .collect();
+        names.push(META_CF.to_owned());
+        names.push(DEFAULT_COLUMN_FAMILY_NAME.to_owned());
+        let flush_options = FlushOptions::default(); // waits
+        for name in names {
+            // A CF dropped since the list was taken has nothing left to flush.
+            let Some(handle) = self.db.cf_handle(&name) else {
+                continue;
+            };
+            match self.db.flush_cf_opt(&handle, &flush_options) {
+                Err(e) if e.kind() == ErrorKind::ColumnFamilyDropped => {}
+                result => result.map_err(rocks_with(|| format!("flush {name}")))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes everything and closes RocksDB.
+    pub fn close(self) -> Result<(), EngineError> {
+        self.flush_all()?;
+        drop(self);
+        Ok(())
+    }
+
+    /// The current incarnation of every table, ordered.
+    pub fn list_table_cfs(&self) -> Vec<TableCf> {
+        let mut cfs: Vec<TableCf> = self.tables().values().map(|entry| entry.cf).collect();
+        cfs.sort();
+        cfs
+    }
+
+    /// The current incarnation of one table.
+    pub fn table_cf(&self, cf: CfRef) -> Option<TableCf> {
+        self.lookup(cf).map(|entry| entry.cf)
+    }
+
+    // --- internals -----------------------------------------------------------
+
+    fn lookup(&self, cf: CfRef) -> Option<Arc<TableEntry>> {
+        self.tables().get(&cf).cloned()
+    }
+
+    fn handle(
+        &self,
+        cf: CfRef,
+        entry: &TableEntry,
+    ) -> Result<Arc<BoundColumnFamily<'_>>, EngineError> {
+        // Missing only if a concurrent DDL dropped it after the lookup.
+        self.db
+            .cf_handle(&entry.name)
+            .ok_or(EngineError::NoSuchCf(cf))
+    }
+
+    /// Hands out the next incarnation (persisting the counter first) and
+    /// creates its CF. The caller holds the DDL lock and publishes the entry.
+    fn create_incarnation(&self, ddl: &mut Ddl, cf: CfRef) -> Result<Arc<TableEntry>, EngineError> {
+        let incarnation = ddl.next_incarnation;
+        let next = incarnation
+            .checked_add(1)
+            .ok_or_else(|| EngineError::Corruption("incarnation counter overflow".into()))?;
+        let meta = self.meta_handle()?;
+        self.db
+            .put_cf_opt(
+                &meta,
+                NEXT_INCARNATION_KEY,
+                next.to_le_bytes(),
+                &self.write_options,
+            )
+            .map_err(rocks("persist the incarnation counter"))?;
+        // The WAL is off: only a flush makes the counter durable, and it must
+        // be durable before any CF carries the incarnation.
+        self.db
+            .flush_cf(&meta)
+            .map_err(rocks("flush the meta column family"))?;
+        ddl.next_incarnation = next;
+
+        let table = TableCf {
+            db: cf.db,
+            rel: cf.rel,
+            incarnation,
+        };
+        let name = table.name();
+        self.db
+            .create_cf(&name, &self.cf_options)
+            .map_err(rocks_with(|| format!("create column family {name}")))?;
+        Ok(Arc::new(TableEntry {
+            cf: table,
+            name,
+            next_rowid: AtomicU64::new(0),
+        }))
+    }
+
+    /// Drops `entry`'s CF, then forgets it. The caller holds the DDL lock.
+    fn drop_table(&self, cf: CfRef, entry: &TableEntry) -> Result<(), EngineError> {
+        // A handle already gone means an earlier attempt got as far as
+        // RocksDB's drop: only our map entry is left.
+        if self.db.cf_handle(&entry.name).is_some() {
+            self.db
+                .drop_cf(&entry.name)
+                .map_err(rocks_with(|| format!("drop column family {}", entry.name)))?;
+        }
+        let mut tables = self.tables_mut();
+        if tables
+            .get(&cf)
+            .is_some_and(|current| current.cf == entry.cf)
+        {
+            tables.remove(&cf);
+        }
+        Ok(())
+    }
+
+    fn meta_handle(&self) -> Result<Arc<BoundColumnFamily<'_>>, EngineError> {
+        self.db
+            .cf_handle(META_CF)
+            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))
+    }
+
+    // The map is only ever changed by single insert/remove calls, so a panic
+    // while it was locked cannot have left it half-updated: poisoning is ignored.
+    fn tables(&self) -> RwLockReadGuard<'_, HashMap<CfRef, Arc<TableEntry>>> {
+        self.tables.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tables_mut(&self) -> RwLockWriteGuard<'_, HashMap<CfRef, Arc<TableEntry>>> {
+        self.tables.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    // `next_incarnation` is advanced only after the counter is durable, so it is
+    // never ahead of what is persisted: poisoning is ignored here too.
+    fn lock_ddl(&self) -> MutexGuard<'_, Ddl> {
+        self.ddl.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("path", &self.db.path())
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_next_incarnation(db: &Db) -> Result<u64, EngineError> {
+    let meta = db
+        .cf_handle(META_CF)
+        .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
+    let Some(bytes) = db
+        .get_cf(&meta, NEXT_INCARNATION_KEY)
+        .map_err(rocks("read the incarnation counter"))?
+    else {
+        return Ok(FIRST_INCARNATION);
+    };
+    let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+        EngineError::Corruption(format!("incarnation counter of {} bytes", bytes.len()))
+    })?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// 1 + the largest rowid in the CF (keys at or above the reserved 0xFF prefix
+/// are metadata, not rows), or 0 if it has no rows.
+fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineError> {
+    let handle = db.cf_handle(name).ok_or_else(|| {
+        EngineError::Corruption(format!("column family {name} vanished during open"))
+    })?;
+    let mut read_options = ReadOptions::default();
+    read_options.set_iterate_upper_bound([RESERVED_KEY_PREFIX]);
+    read_options.fill_cache(false);
+    let mut iter = db.raw_iterator_cf_opt(&handle, read_options);
+    iter.seek_to_last();
+    let last = match iter.key() {
+        Some(key) => match decode_row_key(key) {
+            Some((rowid, _)) if rowid <= MAX_ROWID => Some(rowid),
+            _ => {
+                return Err(EngineError::Corruption(format!(
+                    "last key of {name} ({} bytes) is not a row key",
+                    key.len()
+                )))
+            }
+        },
+        None => None,
+    };
+    iter.status()
+        .map_err(rocks_with(|| format!("find the last row of {name}")))?;
+    Ok(last.map_or(0, |rowid| rowid + 1))
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::{Engine, EngineConfig};
+
+    /// A unique directory under the system temp dir, removed on drop.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new() -> TempDir {
+            static COUNTER: AtomicU64 = AtomicU64::new(0);
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir().join(format!(
+                "pasv_am-test-{}-{}-{nanos}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&dir).expect("create temp dir");
+            TempDir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub fn config(dir: &TempDir) -> EngineConfig {
+        EngineConfig {
+            path: dir.path().join("db"),
+            memtable_budget_bytes: 32 << 20,
+            block_cache_bytes: 8 << 20,
+            background_jobs: 2,
+        }
+    }
+
+    pub fn open(dir: &TempDir) -> Engine {
+        Engine::open(config(dir)).expect("open engine")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{config, open, TempDir};
+    use super::*;
+    use crate::keys::{row_key, row_range};
+    use crate::protocol::{decode_response, BatchBuilder, Response};
+    use crate::row::RowHeader;
+
+    const T: CfRef = CfRef { db: 5, rel: 16384 };
+
+    fn value(rowid: u64, len: usize) -> Vec<u8> {
+        let mut v = RowHeader {
+            flags: 0,
+            cid: 0,
+            xid: 100 + rowid,
+            moved_to: 0,
+        }
+        .encode()
+        .to_vec();
+        v.extend((0..len).map(|i| (rowid as usize + i) as u8));
+        v
+    }
+
+    fn put_rows(engine: &Engine, cf: CfRef, rowids: impl IntoIterator<Item = u64>) {
+        let mut batch = BatchBuilder::new();
+        for rowid in rowids {
+            batch
+                .push(&row_key(rowid, 0), &value(rowid, (rowid % 50) as usize))
+                .unwrap();
+        }
+        engine.put_batch(cf, batch.as_batch()).unwrap();
+    }
+
+    type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// Scans `[start, end)` the way the backend will: small buffers, resuming
+    /// at the successor of the last key while `more`. Returns the rows and the
+    /// number of scan calls.
+    fn scan_all(
+        engine: &Engine,
+        cf: CfRef,
+        start: &[u8],
+        end: &[u8],
+        buf_len: usize,
+        max: u32,
+    ) -> (Rows, usize) {
+        let mut out = vec![0u8; buf_len];
+        let mut rows = Vec::new();
+        let mut next_start = start.to_vec();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let mut writer = ScanWriter::new(&mut out, max);
+            let more = engine.scan(cf, &next_start, end, &mut writer).unwrap();
+            let len = writer.finish(more);
+            let Response::Entries {
+                more: got_more,
+                batch,
+            } = decode_response(&out[..len]).unwrap()
+            else {
+                panic!("not Entries");
+            };
+            assert_eq!(got_more, more);
+            assert!(!batch.is_empty() || !more);
+            for (k, v) in batch.iter() {
+                rows.push((k.to_vec(), v.to_vec()));
+            }
+            if !more {
+                return (rows, rounds);
+            }
+            next_start = rows.last().unwrap().0.clone();
+            next_start.push(0);
+        }
+    }
+
+    fn rowids_of(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
+        rows.iter()
+            .map(|(k, _)| decode_row_key(k).unwrap().0)
+            .collect()
+    }
+
+    #[test]
+    fn create_put_scan_resumes_across_more() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..500);
+        put_rows(&engine, T, 500..1000);
+
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let (rows, rounds) = scan_all(&engine, T, &start, &end, 1024, 0);
+        assert_eq!(rowids_of(&rows), (0..1000).collect::<Vec<_>>());
+        assert!(
+            rounds > 10,
+            "a 1 kB buffer must need many rounds, got {rounds}"
+        );
+        for (k, v) in &rows {
+            let rowid = decode_row_key(k).unwrap().0;
+            assert_eq!(v, &value(rowid, (rowid % 50) as usize));
+        }
+
+        // The count limit alone, and a sub-range.
+        let (rows, rounds) = scan_all(&engine, T, &start, &end, 1 << 20, 100);
+        assert_eq!(rows.len(), 1000);
+        assert_eq!(rounds, 10, "the last batch of 100 knows nothing follows");
+        let (lo, hi) = row_range(10, 20);
+        let (rows, _) = scan_all(&engine, T, &lo, &hi, 1 << 20, 0);
+        assert_eq!(rowids_of(&rows), (10..20).collect::<Vec<_>>());
+        let (rows, _) = scan_all(&engine, T, &hi, &lo, 1 << 20, 0);
+        assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn versions_scan_newest_first() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in [0, 2, 1] {
+            batch.push(&row_key(7, version), &[version as u8]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (lo, hi) = row_range(7, 8);
+        let (rows, _) = scan_all(&engine, T, &lo, &hi, 4096, 0);
+        let versions: Vec<u32> = rows
+            .iter()
+            .map(|(k, _)| decode_row_key(k).unwrap().1)
+            .collect();
+        assert_eq!(versions, [2, 1, 0]);
+    }
+
+    #[test]
+    fn first_entry_too_large_is_an_error() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(0, 0), &[1; 2000]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut out = vec![0u8; 1024];
+        let mut writer = ScanWriter::new(&mut out, 0);
+        let (lo, hi) = row_range(0, 1);
+        let err = engine.scan(T, &lo, &hi, &mut writer).unwrap_err();
+        assert!(matches!(
+            err,
+            EngineError::EntryTooLarge {
+                key_len: 12,
+                value_len: 2000
+            }
+        ));
+        assert_eq!(err.code(), ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn alloc_rowids_is_monotonic_and_survives_reopen() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        assert_eq!(engine.alloc_rowids(T, 10).unwrap(), 0);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 10);
+        assert_eq!(engine.alloc_rowids(T, 5).unwrap(), 11);
+        assert!(matches!(
+            engine.alloc_rowids(T, 0),
+            Err(EngineError::BadRequest(_))
+        ));
+        put_rows(&engine, T, [0, 3, 12]);
+        engine.close().unwrap();
+
+        // next_rowid comes from the data: 1 + the largest rowid written.
+        let engine = open(&dir);
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 13);
+        assert_eq!(engine.alloc_rowids(T, 2).unwrap(), 13);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 15);
+    }
+
+    #[test]
+    fn concurrent_allocations_never_overlap() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let engine = &engine;
+        let mut firsts: Vec<u64> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        (0..1000)
+                            .map(|_| engine.alloc_rowids(T, 3).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        firsts.sort_unstable();
+        assert_eq!(firsts, (0..4000).map(|i| i * 3).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn rowids_are_bounded_by_max_rowid() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, [MAX_ROWID - 1]);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), MAX_ROWID);
+        assert!(matches!(
+            engine.alloc_rowids(T, 1),
+            Err(EngineError::RowidsExhausted(T))
+        ));
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(MAX_ROWID + 1, 0), b"").unwrap();
+        assert!(matches!(
+            engine.put_batch(T, batch.as_batch()),
+            Err(EngineError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn put_batch_rejects_non_row_keys_and_raises_next_rowid() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 0), b"ok").unwrap();
+        batch.push(b"short", b"bad").unwrap();
+        let err = engine.put_batch(T, batch.as_batch()).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BadRequest);
+        // Atomic: nothing of the rejected batch was written.
+        let (lo, hi) = row_range(0, 100);
+        assert!(scan_all(&engine, T, &lo, &hi, 4096, 0).0.is_empty());
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 0);
+
+        // A write of rows nobody allocated (replay) moves allocation past them.
+        put_rows(&engine, T, [41]);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 42);
+        engine.put_batch(T, EntryBatch::default()).unwrap();
+    }
+
+    #[test]
+    fn truncate_empties_and_restarts_rowids() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let before = engine.create_cf(T).unwrap();
+        engine.alloc_rowids(T, 100).unwrap();
+        put_rows(&engine, T, 0..100);
+        let after = engine.truncate_cf(T).unwrap();
+        assert!(after.incarnation > before.incarnation);
+        assert_eq!(engine.table_cf(T), Some(after));
+        assert_eq!(engine.list_table_cfs(), [after]);
+        let (lo, hi) = row_range(0, MAX_ROWID + 1);
+        assert!(scan_all(&engine, T, &lo, &hi, 4096, 0).0.is_empty());
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 0);
+        assert!(matches!(
+            engine.truncate_cf(CfRef { db: 5, rel: 1 }),
+            Err(EngineError::NoSuchCf(_))
+        ));
+    }
+
+    #[test]
+    fn drop_and_recreate_gives_an_empty_new_incarnation() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let first = engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..10);
+        engine.drop_cf(T).unwrap();
+        assert_eq!(engine.table_cf(T), None);
+        engine.drop_cf(T).unwrap(); // idempotent
+        assert!(matches!(engine.cf_info(T), Err(EngineError::NoSuchCf(T))));
+        let (lo, hi) = row_range(0, 10);
+        let mut out = [0u8; 64];
+        assert_eq!(
+            engine
+                .scan(T, &lo, &hi, &mut ScanWriter::new(&mut out, 0))
+                .unwrap_err()
+                .code(),
+            ErrorCode::NoSuchCf
+        );
+
+        let second = engine.create_cf(T).unwrap();
+        assert!(second.incarnation > first.incarnation);
+        assert!(scan_all(&engine, T, &lo, &hi, 4096, 0).0.is_empty());
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 0);
+    }
+
+    #[test]
+    fn create_over_an_orphan_replaces_it() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let orphan = engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..10);
+        let fresh = engine.create_cf(T).unwrap();
+        assert!(fresh.incarnation > orphan.incarnation);
+        assert_eq!(engine.list_table_cfs(), [fresh]);
+        let (lo, hi) = row_range(0, 10);
+        assert!(scan_all(&engine, T, &lo, &hi, 4096, 0).0.is_empty());
+    }
+
+    #[test]
+    fn drop_database_drops_only_its_tables() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let keep = CfRef { db: 6, rel: 16384 };
+        for cf in [CfRef { db: 5, rel: 1 }, CfRef { db: 5, rel: 2 }, keep] {
+            engine.create_cf(cf).unwrap();
+            put_rows(&engine, cf, 0..3);
+        }
+        assert_eq!(engine.drop_database(5).unwrap(), 2);
+        assert_eq!(engine.drop_database(5).unwrap(), 0);
+        let remaining: Vec<CfRef> = engine
+            .list_table_cfs()
+            .iter()
+            .map(|t| CfRef {
+                db: t.db,
+                rel: t.rel,
+            })
+            .collect();
+        assert_eq!(remaining, [keep]);
+        engine.close().unwrap();
+        let engine = open(&dir);
+        assert_eq!(engine.list_table_cfs().len(), 1);
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(scan_all(&engine, keep, &lo, &hi, 4096, 0).0.len(), 3);
+    }
+
+    #[test]
+    fn reopen_keeps_data_tables_and_incarnations() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let a = CfRef { db: 1, rel: 100 };
+        let b = CfRef { db: 1, rel: 200 };
+        engine.create_cf(a).unwrap();
+        let dropped = engine.create_cf(b).unwrap();
+        put_rows(&engine, a, 0..300);
+        engine.drop_cf(b).unwrap();
+        let tables = engine.list_table_cfs();
+        let info = engine.cf_info(a).unwrap();
+        assert!(info.approx_keys > 0 && info.approx_bytes > 0, "{info:?}");
+        engine.close().unwrap();
+
+        let engine = open(&dir);
+        assert_eq!(engine.list_table_cfs(), tables);
+        let (lo, hi) = row_range(0, MAX_ROWID + 1);
+        let (rows, _) = scan_all(&engine, a, &lo, &hi, 1 << 16, 0);
+        assert_eq!(rowids_of(&rows), (0..300).collect::<Vec<_>>());
+        assert_eq!(engine.cf_info(a).unwrap().next_rowid, 300);
+        // The counter was persisted: the dropped table's incarnation is not reused.
+        let again = engine.create_cf(b).unwrap();
+        assert!(again.incarnation > dropped.incarnation);
+    }
+
+    #[test]
+    fn open_keeps_the_newest_of_duplicate_incarnations() {
+        let dir = TempDir::new();
+        let cfg = config(&dir);
+        {
+            // What a crash inside truncate_cf leaves: two incarnations of one table.
+            let mut opts = Options::default();
+            opts.create_if_missing(true);
+            let raw = rocksdb::DB::open(&opts, &cfg.path).unwrap();
+            for (incarnation, rowid) in [(3, 1), (9, 2)] {
+                let name = TableCf {
+                    db: 5,
+                    rel: 16384,
+                    incarnation,
+                }
+                .name();
+                raw.create_cf(&name, &opts).unwrap();
+                let handle = raw.cf_handle(&name).unwrap();
+                raw.put_cf(&handle, row_key(rowid, 0), b"x").unwrap();
+            }
+            raw.create_cf("unrelated", &opts).unwrap();
+            raw.flush().unwrap();
+            drop(raw);
+        }
+        let engine = Engine::open(cfg.clone()).unwrap();
+        assert_eq!(
+            engine.list_table_cfs(),
+            [TableCf {
+                db: 5,
+                rel: 16384,
+                incarnation: 9
+            }]
+        );
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 3);
+        let other = CfRef { db: 1, rel: 1 };
+        assert!(engine.create_cf(other).unwrap().incarnation >= 10);
+        drop(engine);
+        let names = rocksdb::DB::list_cf(&Options::default(), &cfg.path).unwrap();
+        assert!(
+            !names.contains(
+                &TableCf {
+                    db: 5,
+                    rel: 16384,
+                    incarnation: 3
+                }
+                .name()
+            ),
+            "{names:?}"
+        );
+        assert!(names.contains(&"unrelated".to_owned()));
+    }
+
+    #[test]
+    fn errors_map_to_codes() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        assert_eq!(
+            engine
+                .put_batch(T, EntryBatch::default())
+                .unwrap_err()
+                .code(),
+            ErrorCode::NoSuchCf
+        );
+        assert_eq!(
+            engine.alloc_rowids(T, 1).unwrap_err().code(),
+            ErrorCode::NoSuchCf
+        );
+        assert_eq!(EngineError::RowidsExhausted(T).code(), ErrorCode::Other);
+        assert_eq!(
+            EngineError::Corruption("x".into()).code(),
+            ErrorCode::Corruption
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! pasv's storage engine: RocksDB column families holding PostgreSQL tables.
+//!
+//! This crate never depends on PostgreSQL (no pgrx, no pg_sys), and the
+//! extension never sees RocksDB types: they meet only in the byte formats
+//! defined here (DESIGN §1, STYLE "a hard wall").
+//!
+//! * [`cf_name`] — the only place CF names are spelled.
+//! * [`keys`] — row keys (rowid ‖ inverted version) and rowid ⇄ TID.
+//! * [`row`] — the MVCC header in front of every tuple and the chain rule.
+//! * [`protocol`] — the backend ⇄ engine wire format (both sides link it).
+//! * [`engine`] — the RocksDB instance (engine worker only).
+//! * [`server`] — one request in, one response out, over an [`engine::Engine`].
+
+pub mod cf_name;
+pub mod engine;
+pub mod keys;
+pub mod protocol;
+pub mod row;
+pub mod server;
+
+/// What the extension's `pasv_version()` reports (kept as the scaffold had it).
+pub fn version() -> &'static str {
+    "0"
+}

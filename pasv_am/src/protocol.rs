@@ -1,0 +1,1209 @@
+//! The backend ⇄ engine wire format (DESIGN §1).
+//!
+//! Owns the byte layout of every request and response that crosses the
+//! shared-memory channel. Both sides link this module; the extension never
+//! sees RocksDB, and this module never sees shared memory (it works on plain
+//! byte slices). Written by hand: the format is a fixed, zero-copy layout that
+//! no serialization crate produces.
+//!
+//! # Layout
+//!
+//! All integers are little-endian. Every "zero" byte must be zero: decoders
+//! reject anything else, so a stale or torn slot is an error, not a request.
+//! A decoder reads only what the header describes and ignores trailing bytes
+//! (slots are fixed-size).
+//!
+//! Request header, [`REQUEST_HEADER_LEN`] = 16 bytes:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | op ([`Request`] variant, 1..=10 in declaration order) |
+//! | 1..4 | zero |
+//! | 4..8 | db (u32), zero for `Ping`, `FlushAll` |
+//! | 8..12 | rel (u32), zero unless the request names a CF |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, else zero |
+//!
+//! then, for `PutBatch`, `count` entries; for `Scan`, `start_len` u16 ‖
+//! `end_len` u16 ‖ 4 zero bytes ‖ start ‖ end.
+//!
+//! Response header, [`RESPONSE_HEADER_LEN`] = 8 bytes:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | tag ([`Response`] variant, 1..=5 in declaration order) |
+//! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, else zero |
+//! | 2..4 | zero |
+//! | 4..8 | entry count of `Entries`, message length of `Error`, else zero |
+//!
+//! then `Rowids`: first (u64); `Entries`: the entries; `CfInfo`: next_rowid,
+//! approx_keys, approx_bytes (u64 each); `Error`: the UTF-8 message.
+//!
+//! Entry ([`entry_encoded_len`] bytes): key_len u16 ‖ 2 zero bytes ‖ val_len
+//! u32 ‖ key ‖ zero pad to 8 ‖ value ‖ zero pad to 8.
+//!
+//! # Alignment invariant
+//!
+//! Both headers are multiples of 8 long and every entry is a multiple of 8
+//! long, with its key padded to 8: **every value starts at an offset that is a
+//! multiple of 8 from the start of the message**. The backend keeps messages
+//! in 8-aligned buffers and reads tuples (after the 24-byte row header, also a
+//! multiple of 8) in place, without copying.
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// Length of every request's fixed header.
+pub const REQUEST_HEADER_LEN: usize = 16;
+/// Length of every response's fixed header.
+pub const RESPONSE_HEADER_LEN: usize = 8;
+/// Length of an entry's (key_len, val_len) header.
+pub const ENTRY_HEADER_LEN: usize = 8;
+/// Alignment of headers, keys and values in a message.
+pub const ALIGN: usize = 8;
+/// Smallest response buffer the server can answer into (an `Ok` or an empty `Error`).
+pub const MIN_RESPONSE_LEN: usize = RESPONSE_HEADER_LEN;
+
+/// Scan request: start_len u16 ‖ end_len u16 ‖ 4 zero bytes.
+const SCAN_BOUNDS_LEN: usize = 8;
+/// Length of the row keys [`max_entry_payload`] is computed for.
+const PAYLOAD_KEY_LEN: usize = crate::keys::ROW_KEY_LEN;
+
+const _: () = assert!(REQUEST_HEADER_LEN.is_multiple_of(ALIGN));
+const _: () = assert!(RESPONSE_HEADER_LEN.is_multiple_of(ALIGN));
+const _: () = assert!(ENTRY_HEADER_LEN.is_multiple_of(ALIGN));
+const _: () = assert!(SCAN_BOUNDS_LEN.is_multiple_of(ALIGN));
+
+mod op {
+    pub const PING: u8 = 1;
+    pub const CREATE_CF: u8 = 2;
+    pub const DROP_CF: u8 = 3;
+    pub const DROP_DATABASE: u8 = 4;
+    pub const TRUNCATE_CF: u8 = 5;
+    pub const ALLOC_ROWIDS: u8 = 6;
+    pub const PUT_BATCH: u8 = 7;
+    pub const SCAN: u8 = 8;
+    pub const CF_INFO: u8 = 9;
+    pub const FLUSH_ALL: u8 = 10;
+}
+
+mod tag {
+    pub const OK: u8 = 1;
+    pub const ROWIDS: u8 = 2;
+    pub const ENTRIES: u8 = 3;
+    pub const CF_INFO: u8 = 4;
+    pub const ERROR: u8 = 5;
+}
+
+/// A table as the backend names it. The engine maps it to the CF of the
+/// table's current incarnation; the backend never knows incarnations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CfRef {
+    /// Database OID.
+    pub db: u32,
+    /// Relfilenumber.
+    pub rel: u32,
+}
+
+impl fmt::Display for CfRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.db, self.rel)
+    }
+}
+
+/// A request from a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Ping,
+    /// Create the table's CF with a new incarnation; an existing CF for
+    /// (db, rel) is an orphan and is dropped first.
+    CreateCf(CfRef),
+    /// Drop the table's CF; a missing CF is not an error.
+    DropCf(CfRef),
+    /// Drop every CF of the database.
+    DropDatabase {
+        db: u32,
+    },
+    /// Empty the CF; its rowids restart at 0.
+    TruncateCf(CfRef),
+    /// Reserve `count` consecutive rowids; answered by [`Response::Rowids`].
+    AllocRowids {
+        cf: CfRef,
+        count: u32,
+    },
+    /// Write the entries atomically (one WriteBatch, RocksDB WAL off).
+    PutBatch {
+        cf: CfRef,
+        batch: EntryBatch<'a>,
+    },
+    /// Entries with keys in `[start, end)`, ascending; answered by
+    /// [`Response::Entries`]. `max_entries` 0 means no count limit.
+    Scan {
+        cf: CfRef,
+        start: &'a [u8],
+        end: &'a [u8],
+        max_entries: u32,
+    },
+    /// Answered by [`Response::CfInfo`].
+    CfInfo(CfRef),
+    /// Flush every CF's memtable and wait.
+    FlushAll,
+}
+
+/// The engine's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Response<'a> {
+    Ok,
+    Rowids {
+        first: u64,
+    },
+    /// A scan's batch. `more`: resume with `start` = the successor of the last
+    /// key returned (that key ‖ `0x00`).
+    Entries {
+        more: bool,
+        batch: EntryBatch<'a>,
+    },
+    CfInfo {
+        next_rowid: u64,
+        approx_keys: u64,
+        approx_bytes: u64,
+    },
+    Error {
+        code: ErrorCode,
+        message: &'a str,
+    },
+}
+
+/// Error classes the backend maps to SQLSTATEs.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    NoSuchCf = 1,
+    DiskFull = 2,
+    Io = 3,
+    Corruption = 4,
+    BadRequest = 5,
+    TooLarge = 6,
+    Busy = 7,
+    Other = 8,
+}
+
+impl ErrorCode {
+    pub fn from_u8(byte: u8) -> Option<ErrorCode> {
+        Some(match byte {
+            1 => ErrorCode::NoSuchCf,
+            2 => ErrorCode::DiskFull,
+            3 => ErrorCode::Io,
+            4 => ErrorCode::Corruption,
+            5 => ErrorCode::BadRequest,
+            6 => ErrorCode::TooLarge,
+            7 => ErrorCode::Busy,
+            8 => ErrorCode::Other,
+            _ => return None,
+        })
+    }
+}
+
+/// A message that cannot be encoded into the given buffer or decoded from it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    #[error("message needs {needed} bytes, buffer has {available}")]
+    TooLarge { needed: usize, available: usize },
+    #[error("message truncated: needs {needed} bytes, has {available}")]
+    Truncated { needed: usize, available: usize },
+    #[error("unknown request op {0}")]
+    UnknownOp(u8),
+    #[error("unknown response tag {0}")]
+    UnknownTag(u8),
+    #[error("unknown error code {0}")]
+    UnknownErrorCode(u8),
+    #[error("byte {offset} of the message must be zero")]
+    NotZero { offset: usize },
+    #[error("key of {0} bytes exceeds the 65535-byte limit")]
+    KeyTooLong(usize),
+    #[error("value of {0} bytes exceeds the u32 length limit")]
+    ValueTooLong(usize),
+    #[error("batch already holds the maximum number of entries")]
+    TooManyEntries,
+    #[error("error message is not UTF-8")]
+    BadUtf8,
+}
+
+impl ProtocolError {
+    /// The code the server answers with when a request fails this way.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ProtocolError::TooLarge { .. } => ErrorCode::TooLarge,
+            _ => ErrorCode::BadRequest,
+        }
+    }
+}
+
+/// `n` rounded up to [`ALIGN`]. Callers only pass lengths bounded by u32, so no overflow.
+const fn pad8(n: usize) -> usize {
+    (n + (ALIGN - 1)) & !(ALIGN - 1)
+}
+
+/// Encoded size of one entry.
+pub const fn entry_encoded_len(key_len: usize, value_len: usize) -> usize {
+    ENTRY_HEADER_LEN + pad8(key_len) + pad8(value_len)
+}
+
+/// The largest value that fits with a 12-byte key as the only entry of both a
+/// `PutBatch` request and a `Scan` response in a buffer of `buf_len` bytes.
+/// The backend compares a tuple (plus row header) against it to raise a clear
+/// "row too large" error before trying.
+pub fn max_entry_payload(buf_len: usize) -> usize {
+    let header = REQUEST_HEADER_LEN.max(RESPONSE_HEADER_LEN);
+    let room = buf_len.saturating_sub(header + ENTRY_HEADER_LEN + pad8(PAYLOAD_KEY_LEN));
+    // Round down: the value's padding must fit too.
+    (room & !(ALIGN - 1)).min(u32::MAX as usize)
+}
+
+// ---------------------------------------------------------------------------
+// Entries
+// ---------------------------------------------------------------------------
+
+/// A validated, zero-copy view of `len()` encoded entries.
+///
+/// Only [`decode_request`], [`decode_response`] and [`BatchBuilder::as_batch`]
+/// make one, each after checking every entry's bounds and padding, so
+/// iterating never fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryBatch<'a> {
+    count: u32,
+    bytes: &'a [u8],
+}
+
+impl<'a> EntryBatch<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes the entries occupy (without any message header).
+    pub fn encoded_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// `(key, value)` pairs in encoded order.
+    pub fn iter(&self) -> EntryIter<'a> {
+        EntryIter {
+            rest: self.bytes,
+            remaining: self.count,
+        }
+    }
+
+    /// Validates `count` entries at the start of `buf` (which starts at an
+    /// 8-aligned message offset) and returns the view over exactly them.
+    fn parse(
+        count: u32,
+        buf: &'a [u8],
+        base_offset: usize,
+    ) -> Result<EntryBatch<'a>, ProtocolError> {
+        let mut pos = 0usize;
+        for _ in 0..count {
+            let (key_len, val_len) = read_entry_header(buf, pos, base_offset)?;
+            let len = entry_encoded_len(key_len, val_len);
+            let end = pos.checked_add(len).filter(|&end| end <= buf.len()).ok_or(
+                ProtocolError::Truncated {
+                    needed: base_offset + pos + len,
+                    available: base_offset + buf.len(),
+                },
+            )?;
+            let key_end = pos + ENTRY_HEADER_LEN + key_len;
+            let val_start = pos + ENTRY_HEADER_LEN + pad8(key_len);
+            let val_end = val_start + val_len;
+            check_zero(buf, key_end..val_start, base_offset)?;
+            check_zero(buf, val_end..end, base_offset)?;
+            pos = end;
+        }
+        Ok(EntryBatch {
+            count,
+            bytes: &buf[..pos],
+        })
+    }
+}
+
+impl<'a> IntoIterator for &EntryBatch<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+    type IntoIter = EntryIter<'a>;
+
+    fn into_iter(self) -> EntryIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over an [`EntryBatch`].
+#[derive(Clone, Debug)]
+pub struct EntryIter<'a> {
+    rest: &'a [u8],
+    remaining: u32,
+}
+
+impl<'a> Iterator for EntryIter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // The batch was validated when it was made; `?` only guards the
+        // impossible, without a panic path.
+        let (key_len, val_len) = read_entry_header(self.rest, 0, 0).ok()?;
+        let val_start = ENTRY_HEADER_LEN + pad8(key_len);
+        let key = self
+            .rest
+            .get(ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + key_len)?;
+        let value = self.rest.get(val_start..val_start + val_len)?;
+        self.rest = self.rest.get(entry_encoded_len(key_len, val_len)..)?;
+        self.remaining -= 1;
+        Some((key, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining as usize, Some(self.remaining as usize))
+    }
+}
+
+impl ExactSizeIterator for EntryIter<'_> {}
+
+/// Reads (key_len, val_len) of the entry at `pos` and checks its zero bytes.
+fn read_entry_header(buf: &[u8], pos: usize, base: usize) -> Result<(usize, usize), ProtocolError> {
+    let key_len = read_u16(buf, pos, base)? as usize;
+    check_zero(buf, pos + 2..pos + 4, base)?;
+    let val_len = read_u32(buf, pos + 4, base)? as usize;
+    Ok((key_len, val_len))
+}
+
+/// Writes one entry at `out[pos..]`, which the caller has checked is large enough.
+fn write_entry(out: &mut [u8], pos: usize, key: &[u8], value: &[u8]) -> usize {
+    let len = entry_encoded_len(key.len(), value.len());
+    let entry = &mut out[pos..pos + len];
+    entry[..ENTRY_HEADER_LEN].fill(0);
+    // The casts are checked by every caller (key ≤ u16::MAX, value ≤ u32::MAX).
+    entry[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    entry[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    let val_start = ENTRY_HEADER_LEN + pad8(key.len());
+    entry[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + key.len()].copy_from_slice(key);
+    entry[ENTRY_HEADER_LEN + key.len()..val_start].fill(0);
+    entry[val_start..val_start + value.len()].copy_from_slice(value);
+    entry[val_start + value.len()..].fill(0);
+    len
+}
+
+fn check_entry_lens(key: &[u8], value: &[u8]) -> Result<(), ProtocolError> {
+    if key.len() > u16::MAX as usize {
+        return Err(ProtocolError::KeyTooLong(key.len()));
+    }
+    if value.len() > u32::MAX as usize {
+        return Err(ProtocolError::ValueTooLong(value.len()));
+    }
+    Ok(())
+}
+
+/// Accumulates entries for a `PutBatch` (the backend's multi_insert / COPY buffer).
+#[derive(Clone, Debug, Default)]
+pub struct BatchBuilder {
+    buf: Vec<u8>,
+    count: u32,
+}
+
+impl BatchBuilder {
+    pub fn new() -> BatchBuilder {
+        BatchBuilder::default()
+    }
+
+    /// Appends one entry. Fails only for a key over 65535 bytes, a value over
+    /// `u32::MAX` bytes, or a batch of `u32::MAX` entries.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), ProtocolError> {
+        check_entry_lens(key, value)?;
+        if self.count == u32::MAX {
+            return Err(ProtocolError::TooManyEntries);
+        }
+        let pos = self.buf.len();
+        self.buf
+            .resize(pos + entry_encoded_len(key.len(), value.len()), 0);
+        write_entry(&mut self.buf, pos, key, value);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Length of the whole `PutBatch` request this batch encodes to (header
+    /// included): compare it with the channel's buffer size.
+    pub fn encoded_len(&self) -> usize {
+        REQUEST_HEADER_LEN + self.buf.len()
+    }
+
+    /// Empties the batch, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.count = 0;
+    }
+
+    /// The entries as a batch (what the engine receives).
+    pub fn as_batch(&self) -> EntryBatch<'_> {
+        EntryBatch {
+            count: self.count,
+            bytes: &self.buf,
+        }
+    }
+}
+
+/// Encodes `PutBatch { cf, batch }` into `out`; returns its length.
+pub fn encode_put_batch(
+    cf: CfRef,
+    batch: &BatchBuilder,
+    out: &mut [u8],
+) -> Result<usize, ProtocolError> {
+    encode_request(
+        &Request::PutBatch {
+            cf,
+            batch: batch.as_batch(),
+        },
+        out,
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------
+
+/// Encodes a request into `out`; returns its length.
+pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, ProtocolError> {
+    let zero = CfRef { db: 0, rel: 0 };
+    let (code, cf, arg) = match *request {
+        Request::Ping => (op::PING, zero, 0),
+        Request::CreateCf(cf) => (op::CREATE_CF, cf, 0),
+        Request::DropCf(cf) => (op::DROP_CF, cf, 0),
+        Request::DropDatabase { db } => (op::DROP_DATABASE, CfRef { db, rel: 0 }, 0),
+        Request::TruncateCf(cf) => (op::TRUNCATE_CF, cf, 0),
+        Request::AllocRowids { cf, count } => (op::ALLOC_ROWIDS, cf, count),
+        Request::PutBatch { cf, batch } => (op::PUT_BATCH, cf, batch.count),
+        Request::Scan {
+            cf, max_entries, ..
+        } => (op::SCAN, cf, max_entries),
+        Request::CfInfo(cf) => (op::CF_INFO, cf, 0),
+        Request::FlushAll => (op::FLUSH_ALL, zero, 0),
+    };
+    let needed = match *request {
+        Request::PutBatch { batch, .. } => REQUEST_HEADER_LEN + batch.encoded_len(),
+        Request::Scan { start, end, .. } => {
+            for bound in [start, end] {
+                if bound.len() > u16::MAX as usize {
+                    return Err(ProtocolError::KeyTooLong(bound.len()));
+                }
+            }
+            REQUEST_HEADER_LEN + SCAN_BOUNDS_LEN + start.len() + end.len()
+        }
+        _ => REQUEST_HEADER_LEN,
+    };
+    let out = fit(out, needed)?;
+    out[..REQUEST_HEADER_LEN].fill(0);
+    out[0] = code;
+    out[4..8].copy_from_slice(&cf.db.to_le_bytes());
+    out[8..12].copy_from_slice(&cf.rel.to_le_bytes());
+    out[12..16].copy_from_slice(&arg.to_le_bytes());
+    let body = &mut out[REQUEST_HEADER_LEN..];
+    match *request {
+        Request::PutBatch { batch, .. } => body.copy_from_slice(batch.bytes),
+        Request::Scan { start, end, .. } => {
+            body[..SCAN_BOUNDS_LEN].fill(0);
+            body[0..2].copy_from_slice(&(start.len() as u16).to_le_bytes());
+            body[2..4].copy_from_slice(&(end.len() as u16).to_le_bytes());
+            let (s, e) = body[SCAN_BOUNDS_LEN..].split_at_mut(start.len());
+            s.copy_from_slice(start);
+            e.copy_from_slice(end);
+        }
+        _ => {}
+    }
+    Ok(needed)
+}
+
+/// Decodes a request. Never panics; any malformed input is an error.
+pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
+    need(buf, REQUEST_HEADER_LEN)?;
+    check_zero(buf, 1..4, 0)?;
+    let code = buf[0];
+    let db = read_u32(buf, 4, 0)?;
+    let rel = read_u32(buf, 8, 0)?;
+    let arg = read_u32(buf, 12, 0)?;
+    let cf = CfRef { db, rel };
+    // Which header fields the op uses; the others must be zero.
+    let (uses_db, uses_rel, uses_arg) = match code {
+        op::PING | op::FLUSH_ALL => (false, false, false),
+        op::DROP_DATABASE => (true, false, false),
+        op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO => (true, true, false),
+        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN => (true, true, true),
+        other => return Err(ProtocolError::UnknownOp(other)),
+    };
+    for (used, range) in [(uses_db, 4..8), (uses_rel, 8..12), (uses_arg, 12..16)] {
+        if !used {
+            check_zero(buf, range, 0)?;
+        }
+    }
+    let body = &buf[REQUEST_HEADER_LEN..];
+    Ok(match code {
+        op::PING => Request::Ping,
+        op::CREATE_CF => Request::CreateCf(cf),
+        op::DROP_CF => Request::DropCf(cf),
+        op::DROP_DATABASE => Request::DropDatabase { db },
+        op::TRUNCATE_CF => Request::TruncateCf(cf),
+        op::ALLOC_ROWIDS => Request::AllocRowids { cf, count: arg },
+        op::PUT_BATCH => Request::PutBatch {
+            cf,
+            batch: EntryBatch::parse(arg, body, REQUEST_HEADER_LEN)?,
+        },
+        op::SCAN => {
+            let base = REQUEST_HEADER_LEN;
+            let start_len = read_u16(body, 0, base)? as usize;
+            let end_len = read_u16(body, 2, base)? as usize;
+            check_zero(body, 4..SCAN_BOUNDS_LEN, base)?;
+            need(buf, base + SCAN_BOUNDS_LEN + start_len + end_len)?;
+            let bounds = &body[SCAN_BOUNDS_LEN..];
+            let (start, rest) = bounds.split_at(start_len);
+            Request::Scan {
+                cf,
+                start,
+                end: &rest[..end_len],
+                max_entries: arg,
+            }
+        }
+        op::CF_INFO => Request::CfInfo(cf),
+        // Only FLUSH_ALL is left: every other code returned above.
+        _ => Request::FlushAll,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Responses
+// ---------------------------------------------------------------------------
+
+/// Encodes a response into `out`; returns its length. A message that does not
+/// fit is an error (use [`encode_error`], which truncates, for errors).
+pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize, ProtocolError> {
+    let needed = RESPONSE_HEADER_LEN
+        + match *response {
+            Response::Ok => 0,
+            Response::Rowids { .. } => 8,
+            Response::Entries { batch, .. } => batch.encoded_len(),
+            Response::CfInfo { .. } => 24,
+            Response::Error { message, .. } => message.len(),
+        };
+    if let Response::Error { message, .. } = *response {
+        if message.len() > u32::MAX as usize {
+            return Err(ProtocolError::ValueTooLong(message.len()));
+        }
+    }
+    let out = fit(out, needed)?;
+    out[..RESPONSE_HEADER_LEN].fill(0);
+    let body = &mut out[RESPONSE_HEADER_LEN..];
+    match *response {
+        Response::Ok => out[0] = tag::OK,
+        Response::Rowids { first } => {
+            body.copy_from_slice(&first.to_le_bytes());
+            out[0] = tag::ROWIDS;
+        }
+        Response::Entries { more, batch } => {
+            body.copy_from_slice(batch.bytes);
+            write_entries_header(out, more, batch.count);
+        }
+        Response::CfInfo {
+            next_rowid,
+            approx_keys,
+            approx_bytes,
+        } => {
+            body[0..8].copy_from_slice(&next_rowid.to_le_bytes());
+            body[8..16].copy_from_slice(&approx_keys.to_le_bytes());
+            body[16..24].copy_from_slice(&approx_bytes.to_le_bytes());
+            out[0] = tag::CF_INFO;
+        }
+        Response::Error { code, message } => {
+            body.copy_from_slice(message.as_bytes());
+            write_error_header(out, code, message.len());
+        }
+    }
+    Ok(needed)
+}
+
+/// Encodes `Error { code, message }`, truncating the message (at a character
+/// boundary) to fit. Returns the length, or 0 if `out` is shorter than
+/// [`MIN_RESPONSE_LEN`] and nothing could be written.
+pub fn encode_error(code: ErrorCode, message: &str, out: &mut [u8]) -> usize {
+    let Some(room) = out.len().checked_sub(RESPONSE_HEADER_LEN) else {
+        return 0;
+    };
+    let mut len = message.len().min(room).min(u32::MAX as usize);
+    while !message.is_char_boundary(len) {
+        len -= 1;
+    }
+    out[..RESPONSE_HEADER_LEN].fill(0);
+    out[RESPONSE_HEADER_LEN..RESPONSE_HEADER_LEN + len].copy_from_slice(&message.as_bytes()[..len]);
+    write_error_header(out, code, len);
+    RESPONSE_HEADER_LEN + len
+}
+
+fn write_error_header(out: &mut [u8], code: ErrorCode, message_len: usize) {
+    out[0] = tag::ERROR;
+    out[1] = code as u8;
+    out[4..8].copy_from_slice(&(message_len as u32).to_le_bytes());
+}
+
+fn write_entries_header(out: &mut [u8], more: bool, count: u32) {
+    out[..RESPONSE_HEADER_LEN].fill(0);
+    out[0] = tag::ENTRIES;
+    out[1] = u8::from(more);
+    out[4..8].copy_from_slice(&count.to_le_bytes());
+}
+
+/// Decodes a response. Never panics; any malformed input is an error.
+pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
+    need(buf, RESPONSE_HEADER_LEN)?;
+    check_zero(buf, 2..4, 0)?;
+    let code = buf[0];
+    let body = &buf[RESPONSE_HEADER_LEN..];
+    let base = RESPONSE_HEADER_LEN;
+    match code {
+        tag::OK | tag::ROWIDS | tag::CF_INFO => check_zero(buf, 1..8, 0)?,
+        tag::ENTRIES | tag::ERROR => {}
+        other => return Err(ProtocolError::UnknownTag(other)),
+    }
+    Ok(match code {
+        tag::OK => Response::Ok,
+        tag::ROWIDS => Response::Rowids {
+            first: read_u64(body, 0, base)?,
+        },
+        tag::CF_INFO => Response::CfInfo {
+            next_rowid: read_u64(body, 0, base)?,
+            approx_keys: read_u64(body, 8, base)?,
+            approx_bytes: read_u64(body, 16, base)?,
+        },
+        tag::ENTRIES => {
+            let more = match buf[1] {
+                0 => false,
+                1 => true,
+                _ => return Err(ProtocolError::NotZero { offset: 1 }),
+            };
+            let count = read_u32(buf, 4, 0)?;
+            Response::Entries {
+                more,
+                batch: EntryBatch::parse(count, body, base)?,
+            }
+        }
+        // Only ERROR is left.
+        _ => {
+            let code = ErrorCode::from_u8(buf[1]).ok_or(ProtocolError::UnknownErrorCode(buf[1]))?;
+            let len = read_u32(buf, 4, 0)? as usize;
+            need(buf, base.saturating_add(len))?;
+            let message = std::str::from_utf8(&body[..len]).map_err(|_| ProtocolError::BadUtf8)?;
+            Response::Error { code, message }
+        }
+    })
+}
+
+/// Builds a scan's `Entries` response directly in the response buffer.
+///
+/// Entries are appended until one does not fit or `max_entries` is reached
+/// (0: no count limit); [`ScanWriter::finish`] then writes the header.
+#[derive(Debug)]
+pub struct ScanWriter<'a> {
+    out: &'a mut [u8],
+    pos: usize,
+    count: u32,
+    max_entries: u32,
+}
+
+impl<'a> ScanWriter<'a> {
+    pub fn new(out: &'a mut [u8], max_entries: u32) -> ScanWriter<'a> {
+        ScanWriter {
+            out,
+            pos: RESPONSE_HEADER_LEN,
+            count: 0,
+            max_entries,
+        }
+    }
+
+    /// Appends an entry; `false` (nothing written) if it does not fit or the
+    /// writer is full.
+    pub fn try_push(&mut self, key: &[u8], value: &[u8]) -> bool {
+        if self.is_full() || check_entry_lens(key, value).is_err() {
+            return false;
+        }
+        let len = entry_encoded_len(key.len(), value.len());
+        if self.pos.saturating_add(len) > self.out.len() {
+            return false;
+        }
+        self.pos += write_entry(self.out, self.pos, key, value);
+        self.count += 1;
+        true
+    }
+
+    /// Entries written so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// `max_entries` reached (or the u32 count limit).
+    pub fn is_full(&self) -> bool {
+        self.count == u32::MAX || (self.max_entries != 0 && self.count >= self.max_entries)
+    }
+
+    /// Writes the header; returns the response length (0 if the buffer is
+    /// shorter than [`MIN_RESPONSE_LEN`]).
+    pub fn finish(self, more: bool) -> usize {
+        if self.out.len() < RESPONSE_HEADER_LEN {
+            return 0;
+        }
+        write_entries_header(self.out, more, self.count);
+        self.pos
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bounds-checked primitives: decoding never indexes past a length check.
+// `base` is the offset of `buf` within the message, for error messages.
+// ---------------------------------------------------------------------------
+
+fn need(buf: &[u8], needed: usize) -> Result<(), ProtocolError> {
+    if buf.len() < needed {
+        return Err(ProtocolError::Truncated {
+            needed,
+            available: buf.len(),
+        });
+    }
+    Ok(())
+}
+
+fn fit(out: &mut [u8], needed: usize) -> Result<&mut [u8], ProtocolError> {
+    let available = out.len();
+    out.get_mut(..needed)
+        .ok_or(ProtocolError::TooLarge { needed, available })
+}
+
+fn field<const N: usize>(buf: &[u8], pos: usize, base: usize) -> Result<[u8; N], ProtocolError> {
+    pos.checked_add(N)
+        .and_then(|end| buf.get(pos..end))
+        .and_then(|b| b.try_into().ok())
+        .ok_or(ProtocolError::Truncated {
+            needed: base.saturating_add(pos).saturating_add(N),
+            available: base + buf.len(),
+        })
+}
+
+fn read_u16(buf: &[u8], pos: usize, base: usize) -> Result<u16, ProtocolError> {
+    field(buf, pos, base).map(u16::from_le_bytes)
+}
+
+fn read_u32(buf: &[u8], pos: usize, base: usize) -> Result<u32, ProtocolError> {
+    field(buf, pos, base).map(u32::from_le_bytes)
+}
+
+fn read_u64(buf: &[u8], pos: usize, base: usize) -> Result<u64, ProtocolError> {
+    field(buf, pos, base).map(u64::from_le_bytes)
+}
+
+fn check_zero(buf: &[u8], range: std::ops::Range<usize>, base: usize) -> Result<(), ProtocolError> {
+    let bytes = buf.get(range.clone()).ok_or(ProtocolError::Truncated {
+        needed: base + range.end,
+        available: base + buf.len(),
+    })?;
+    match bytes.iter().position(|&b| b != 0) {
+        Some(i) => Err(ProtocolError::NotZero {
+            offset: base + range.start + i,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::row_key;
+
+    /// Every value's offset from the start of the message is a multiple of 8.
+    fn assert_values_aligned(msg: &[u8], batch: &EntryBatch<'_>) {
+        for (_, value) in batch.iter() {
+            let offset = value.as_ptr() as usize - msg.as_ptr() as usize;
+            assert!(offset < msg.len() || value.is_empty());
+            assert_eq!(offset % 8, 0, "value at offset {offset}");
+        }
+    }
+
+    fn sample_batch() -> BatchBuilder {
+        let mut b = BatchBuilder::new();
+        b.push(&row_key(1, 0), b"").unwrap();
+        b.push(&row_key(2, 0), b"v").unwrap();
+        b.push(b"odd-key", b"seven b").unwrap();
+        b.push(b"", b"eight by").unwrap();
+        b.push(&[0xAB; 17], &[0xCD; 33]).unwrap();
+        b
+    }
+
+    fn cf() -> CfRef {
+        CfRef { db: 5, rel: 16384 }
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let batch = sample_batch();
+        let requests = [
+            Request::Ping,
+            Request::CreateCf(cf()),
+            Request::DropCf(cf()),
+            Request::DropDatabase { db: 7 },
+            Request::TruncateCf(cf()),
+            Request::AllocRowids {
+                cf: cf(),
+                count: 1000,
+            },
+            Request::PutBatch {
+                cf: cf(),
+                batch: batch.as_batch(),
+            },
+            Request::PutBatch {
+                cf: cf(),
+                batch: EntryBatch::default(),
+            },
+            Request::Scan {
+                cf: cf(),
+                start: b"abc",
+                end: &[0xFF; 3],
+                max_entries: 64,
+            },
+            Request::Scan {
+                cf: cf(),
+                start: b"",
+                end: b"",
+                max_entries: 0,
+            },
+            Request::CfInfo(cf()),
+            Request::FlushAll,
+        ];
+        for request in requests {
+            let mut buf = vec![0u8; 1024];
+            buf.fill(0xEE); // garbage from a previous message must not leak into reserved bytes
+            let len = encode_request(&request, &mut buf).unwrap();
+            if !matches!(request, Request::Scan { .. }) {
+                assert_eq!(len % 8, 0);
+            }
+            assert_eq!(decode_request(&buf[..len]).unwrap(), request);
+            // Trailing bytes (the rest of a fixed-size slot) are ignored.
+            assert_eq!(decode_request(&buf).unwrap(), request);
+            // Every proper prefix is rejected as truncated.
+            for cut in 0..len {
+                assert!(
+                    decode_request(&buf[..cut]).is_err(),
+                    "{request:?} cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn put_batch_values_are_8_aligned_and_round_trip() {
+        let batch = sample_batch();
+        let mut buf = vec![0u8; 1024];
+        let len = encode_put_batch(cf(), &batch, &mut buf).unwrap();
+        assert_eq!(len, batch.encoded_len());
+        let Request::PutBatch {
+            cf: got_cf,
+            batch: got,
+        } = decode_request(&buf[..len]).unwrap()
+        else {
+            panic!("not a PutBatch");
+        };
+        assert_eq!(got_cf, cf());
+        assert_eq!(got.len(), 5);
+        assert_values_aligned(&buf[..len], &got);
+        let entries: Vec<_> = got.iter().collect();
+        assert_eq!(entries, batch.as_batch().iter().collect::<Vec<_>>());
+        assert_eq!(entries[2], (&b"odd-key"[..], &b"seven b"[..]));
+        assert_eq!(entries[4], (&[0xAB; 17][..], &[0xCD; 33][..]));
+    }
+
+    #[test]
+    fn batch_builder_bookkeeping() {
+        let mut b = BatchBuilder::new();
+        assert!(b.is_empty());
+        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN);
+        b.push(&row_key(1, 0), &[1; 24]).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(
+            b.encoded_len(),
+            REQUEST_HEADER_LEN + entry_encoded_len(12, 24)
+        );
+        assert_eq!(entry_encoded_len(12, 24), 8 + 16 + 24);
+        assert_eq!(
+            b.push(&[0; 65536], b""),
+            Err(ProtocolError::KeyTooLong(65536))
+        );
+        assert_eq!(b.len(), 1);
+        b.clear();
+        assert!(b.is_empty());
+        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN);
+    }
+
+    #[test]
+    fn too_large_reports_sizes() {
+        let batch = sample_batch();
+        let needed = batch.encoded_len();
+        let mut out = vec![0u8; needed - 1];
+        assert_eq!(
+            encode_put_batch(cf(), &batch, &mut out),
+            Err(ProtocolError::TooLarge {
+                needed,
+                available: needed - 1
+            })
+        );
+        assert_eq!(
+            encode_request(&Request::Ping, &mut [0u8; 15]),
+            Err(ProtocolError::TooLarge {
+                needed: 16,
+                available: 15
+            })
+        );
+        assert_eq!(
+            ProtocolError::TooLarge {
+                needed: 1,
+                available: 0
+            }
+            .code(),
+            ErrorCode::TooLarge
+        );
+        assert_eq!(ProtocolError::UnknownOp(0).code(), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let batch = sample_batch();
+        let responses = [
+            Response::Ok,
+            Response::Rowids {
+                first: u64::MAX - 1,
+            },
+            Response::Entries {
+                more: true,
+                batch: batch.as_batch(),
+            },
+            Response::Entries {
+                more: false,
+                batch: EntryBatch::default(),
+            },
+            Response::CfInfo {
+                next_rowid: 1,
+                approx_keys: 2,
+                approx_bytes: 3,
+            },
+            Response::Error {
+                code: ErrorCode::DiskFull,
+                message: "No space left on device",
+            },
+            Response::Error {
+                code: ErrorCode::Other,
+                message: "",
+            },
+        ];
+        for response in responses {
+            let mut buf = vec![0u8; 1024];
+            buf.fill(0xEE);
+            let len = encode_response(&response, &mut buf).unwrap();
+            let decoded = decode_response(&buf[..len]).unwrap();
+            assert_eq!(decoded, response);
+            if let Response::Entries { batch, .. } = decoded {
+                assert_values_aligned(&buf[..len], &batch);
+            }
+            for cut in 0..len {
+                assert!(
+                    decode_response(&buf[..cut]).is_err(),
+                    "{response:?} cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn error_message_is_truncated_at_a_char_boundary() {
+        let mut out = [0u8; RESPONSE_HEADER_LEN + 5];
+        // "é" is two bytes: 5 bytes of room hold "ab" + "é" but not the next "é".
+        let len = encode_error(ErrorCode::Io, "abéé", &mut out);
+        assert_eq!(len, RESPONSE_HEADER_LEN + 4);
+        assert_eq!(
+            decode_response(&out[..len]).unwrap(),
+            Response::Error {
+                code: ErrorCode::Io,
+                message: "abé"
+            }
+        );
+        assert_eq!(encode_error(ErrorCode::Io, "x", &mut [0u8; 7]), 0);
+        let mut out = [0u8; 8];
+        assert_eq!(encode_error(ErrorCode::Busy, "dropped", &mut out), 8);
+        assert_eq!(
+            decode_response(&out).unwrap(),
+            Response::Error {
+                code: ErrorCode::Busy,
+                message: ""
+            }
+        );
+    }
+
+    #[test]
+    fn scan_writer_fills_until_full() {
+        let mut buf = vec![0u8; 8 + 3 * 40];
+        let mut w = ScanWriter::new(&mut buf, 0);
+        // Three entries of 12-byte key + 16-byte value = 40 bytes each fit exactly.
+        for rowid in 0..3 {
+            assert!(w.try_push(&row_key(rowid, 0), &[rowid as u8; 16]));
+        }
+        assert!(!w.try_push(&row_key(3, 0), b""));
+        assert_eq!(w.len(), 3);
+        let len = w.finish(true);
+        assert_eq!(len, 8 + 3 * 40);
+        let Response::Entries { more: true, batch } = decode_response(&buf[..len]).unwrap() else {
+            panic!("not Entries");
+        };
+        assert_values_aligned(&buf[..len], &batch);
+        assert_eq!(
+            batch.iter().nth(2),
+            Some((&row_key(2, 0)[..], &[2u8; 16][..]))
+        );
+
+        let mut out = [0u8; 256];
+        let mut w = ScanWriter::new(&mut out, 2);
+        assert!(w.try_push(b"a", b"1") && w.try_push(b"b", b"2"));
+        assert!(w.is_full());
+        assert!(!w.try_push(b"c", b"3"));
+        assert_eq!(w.finish(false), 8 + 2 * 24);
+
+        assert_eq!(ScanWriter::new(&mut [0u8; 4], 0).finish(false), 0);
+    }
+
+    #[test]
+    fn max_entry_payload_is_exact() {
+        for buf_len in [0, 39, 40, 41, 48, 100, 4096, 65536 + 5] {
+            let max = max_entry_payload(buf_len);
+            let key = row_key(1, 0);
+            let value = vec![7u8; max];
+            let mut out = vec![0u8; buf_len];
+            if buf_len < 40 {
+                assert_eq!(max, 0);
+            }
+            let mut b = BatchBuilder::new();
+            b.push(&key, &value).unwrap();
+            let fits_put = encode_put_batch(cf(), &b, &mut out).is_ok();
+            let mut w = ScanWriter::new(&mut out, 0);
+            let fits_scan = w.try_push(&key, &value);
+            assert_eq!(fits_put && fits_scan, buf_len >= 40, "buf_len {buf_len}");
+
+            // One more byte (rounded to the next padded size) no longer fits a PutBatch.
+            let mut b = BatchBuilder::new();
+            b.push(&key, &vec![7u8; max + 1]).unwrap();
+            assert!(encode_put_batch(cf(), &b, &mut out).is_err());
+        }
+        assert_eq!(max_entry_payload(4096), 4096 - 40);
+    }
+
+    #[test]
+    fn malformed_messages_are_rejected() {
+        let mut buf = [0u8; 64];
+        assert_eq!(decode_request(&buf), Err(ProtocolError::UnknownOp(0)));
+        buf[0] = 99;
+        assert_eq!(decode_request(&buf), Err(ProtocolError::UnknownOp(99)));
+        buf[0] = op::PING;
+        buf[2] = 1;
+        assert_eq!(
+            decode_request(&buf),
+            Err(ProtocolError::NotZero { offset: 2 })
+        );
+        buf[2] = 0;
+        buf[9] = 1; // rel on a Ping
+        assert_eq!(
+            decode_request(&buf),
+            Err(ProtocolError::NotZero { offset: 9 })
+        );
+
+        // A PutBatch whose count promises more entries than the bytes hold.
+        let mut b = BatchBuilder::new();
+        b.push(b"k", b"v").unwrap();
+        let mut out = [0u8; 64];
+        let len = encode_put_batch(cf(), &b, &mut out).unwrap();
+        out[12] = 2;
+        assert!(matches!(
+            decode_request(&out[..len]),
+            Err(ProtocolError::Truncated { .. })
+        ));
+        out[12] = 1;
+        out[REQUEST_HEADER_LEN + ENTRY_HEADER_LEN + 1] = 0xFF; // key padding
+        assert!(matches!(
+            decode_request(&out[..len]),
+            Err(ProtocolError::NotZero { .. })
+        ));
+
+        let mut resp = [0u8; 16];
+        resp[0] = tag::ERROR;
+        resp[1] = 42;
+        assert_eq!(
+            decode_response(&resp),
+            Err(ProtocolError::UnknownErrorCode(42))
+        );
+        resp[1] = ErrorCode::Io as u8;
+        resp[4] = 2;
+        resp[8] = 0xFF;
+        resp[9] = 0xFE;
+        assert_eq!(decode_response(&resp), Err(ProtocolError::BadUtf8));
+        resp[0] = tag::ENTRIES;
+        resp[1] = 2;
+        assert_eq!(
+            decode_response(&resp),
+            Err(ProtocolError::NotZero { offset: 1 })
+        );
+        resp[0] = 0;
+        assert_eq!(decode_response(&resp), Err(ProtocolError::UnknownTag(0)));
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            // xorshift64*: deterministic, no dependency.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut buf = [0u8; 96];
+        for i in 0..200_000 {
+            let len = (next() % 97) as usize;
+            for b in &mut buf[..len] {
+                *b = next() as u8;
+            }
+            // Bias towards valid headers so the decoders get past the first checks.
+            if len > 0 {
+                buf[0] = (next() % 12) as u8;
+            }
+            if i % 2 == 0 && len > 4 {
+                buf[1..4].fill(0);
+            }
+            let _ = decode_request(&buf[..len]);
+            if let Ok(Response::Entries { batch, .. }) = decode_response(&buf[..len]) {
+                assert_eq!(batch.iter().count(), batch.len());
+            }
+        }
+    }
+}

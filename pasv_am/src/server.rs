@@ -1,0 +1,347 @@
+//! The engine side of the channel: one request in, one response out.
+//!
+//! Owns the mapping from a decoded [`Request`] to an [`Engine`] call and from
+//! its result to a [`Response`]. Knows nothing of shared memory: the engine
+//! worker hands it the bytes of a request slot and of a response slot.
+//!
+//! Invariants:
+//! * Every request gets exactly one well-formed response. Malformed input,
+//!   engine errors and even a panic in the engine become [`Response::Error`];
+//!   nothing here panics on what a backend sends (DESIGN §1: "a bad request
+//!   gets an error reply, never a crash").
+//! * A request is not executed when its answer could not be written (a
+//!   response buffer shorter than [`MIN_RESPONSE_LEN`]): `handle` returns 0.
+//! * Scan paging: a scan stops when the next entry does not fit or
+//!   `max_entries` is reached, and answers `more = true`; the client resumes
+//!   with `start` = the last key returned ‖ `0x00` (its immediate successor in
+//!   byte order). An entry too large for an empty response is `TooLarge`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::engine::{Engine, EngineError};
+use crate::protocol::{
+    decode_request, encode_error, encode_response, ErrorCode, Request, Response, ScanWriter,
+    MIN_RESPONSE_LEN,
+};
+
+/// Decodes `request`, executes it, and encodes the answer into `response`.
+/// Returns the response length (0 only if `response` is shorter than
+/// [`MIN_RESPONSE_LEN`], in which case nothing was executed).
+pub fn handle(engine: &Engine, request: &[u8], response: &mut [u8]) -> usize {
+    if response.len() < MIN_RESPONSE_LEN {
+        return 0;
+    }
+    let request = match decode_request(request) {
+        Ok(request) => request,
+        Err(e) => return encode_error(e.code(), &e.to_string(), response),
+    };
+    // The engine's locks recover from poisoning and RocksDB state is not
+    // touched half-way by a panic in our code, so answering and carrying on
+    // is sound; the panic message goes back to the backend.
+    match catch_unwind(AssertUnwindSafe(|| execute(engine, request, response))) {
+        Ok(Ok(len)) => len,
+        Ok(Err(e)) => encode_error(e.code(), &e.to_string(), response),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("unknown panic");
+            encode_error(
+                ErrorCode::Other,
+                &format!("internal engine error: {what}"),
+                response,
+            )
+        }
+    }
+}
+
+fn execute(
+    engine: &Engine,
+    request: Request<'_>,
+    response: &mut [u8],
+) -> Result<usize, EngineError> {
+    let answer = match request {
+        Request::Ping => Response::Ok,
+        Request::CreateCf(cf) => {
+            engine.create_cf(cf)?;
+            Response::Ok
+        }
+        Request::DropCf(cf) => {
+            engine.drop_cf(cf)?;
+            Response::Ok
+        }
+        Request::DropDatabase { db } => {
+            engine.drop_database(db)?;
+            Response::Ok
+        }
+        Request::TruncateCf(cf) => {
+            engine.truncate_cf(cf)?;
+            Response::Ok
+        }
+        Request::AllocRowids { cf, count } => Response::Rowids {
+            first: engine.alloc_rowids(cf, count)?,
+        },
+        Request::PutBatch { cf, batch } => {
+            engine.put_batch(cf, batch)?;
+            Response::Ok
+        }
+        Request::Scan {
+            cf,
+            start,
+            end,
+            max_entries,
+        } => {
+            let mut writer = ScanWriter::new(response, max_entries);
+            let more = engine.scan(cf, start, end, &mut writer)?;
+            return Ok(writer.finish(more));
+        }
+        Request::CfInfo(cf) => {
+            let info = engine.cf_info(cf)?;
+            Response::CfInfo {
+                next_rowid: info.next_rowid,
+                approx_keys: info.approx_keys,
+                approx_bytes: info.approx_bytes,
+            }
+        }
+        Request::FlushAll => {
+            engine.flush_all()?;
+            Response::Ok
+        }
+    };
+    Ok(encode_response(&answer, response)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::test_support::{open, TempDir};
+    use crate::keys::{decode_row_key, row_key, row_range, MAX_ROWID};
+    use crate::protocol::{decode_response, encode_put_batch, encode_request, BatchBuilder, CfRef};
+
+    const T: CfRef = CfRef { db: 5, rel: 16384 };
+
+    /// Sends `request` through `handle` with a response buffer of `response_len` bytes.
+    fn call(engine: &Engine, request: &Request<'_>, response_len: usize) -> Vec<u8> {
+        let mut req = vec![0u8; 1 << 16];
+        let len = encode_request(request, &mut req).unwrap();
+        let mut resp = vec![0u8; response_len];
+        let n = handle(engine, &req[..len], &mut resp);
+        resp.truncate(n);
+        resp
+    }
+
+    fn assert_ok(bytes: &[u8]) {
+        assert_eq!(decode_response(bytes).unwrap(), Response::Ok);
+    }
+
+    fn error_code(bytes: &[u8]) -> ErrorCode {
+        match decode_response(bytes).unwrap() {
+            Response::Error { code, .. } => code,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_through_handle() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        assert_ok(&call(&engine, &Request::Ping, 64));
+        assert_ok(&call(&engine, &Request::CreateCf(T), 64));
+        let Response::Rowids { first } = decode_response(&call(
+            &engine,
+            &Request::AllocRowids { cf: T, count: 100 },
+            64,
+        ))
+        .unwrap() else {
+            panic!("not Rowids");
+        };
+        assert_eq!(first, 0);
+
+        let mut batch = BatchBuilder::new();
+        for rowid in 0..100 {
+            batch.push(&row_key(rowid, 0), &[rowid as u8; 40]).unwrap();
+        }
+        let mut req = vec![0u8; batch.encoded_len()];
+        let len = encode_put_batch(T, &batch, &mut req).unwrap();
+        let mut resp = [0u8; 64];
+        let n = handle(&engine, &req[..len], &mut resp);
+        assert_ok(&resp[..n]);
+
+        // Page through with a 512-byte response buffer, resuming at last key ‖ 0x00.
+        let (lo, end) = row_range(0, MAX_ROWID + 1);
+        let mut start = lo.to_vec();
+        let mut seen = Vec::new();
+        loop {
+            let resp = call(
+                &engine,
+                &Request::Scan {
+                    cf: T,
+                    start: &start,
+                    end: &end,
+                    max_entries: 7,
+                },
+                512,
+            );
+            let Response::Entries { more, batch } = decode_response(&resp).unwrap() else {
+                panic!("not Entries");
+            };
+            assert!(batch.len() <= 7);
+            for (key, value) in batch.iter() {
+                let rowid = decode_row_key(key).unwrap().0;
+                assert_eq!(value, &[rowid as u8; 40]);
+                seen.push(rowid);
+            }
+            if !more {
+                break;
+            }
+            start = seen.last().map(|&r| row_key(r, 0).to_vec()).unwrap();
+            start.push(0);
+        }
+        assert_eq!(seen, (0..100).collect::<Vec<_>>());
+
+        let Response::CfInfo {
+            next_rowid,
+            approx_keys,
+            ..
+        } = decode_response(&call(&engine, &Request::CfInfo(T), 64)).unwrap()
+        else {
+            panic!("not CfInfo");
+        };
+        assert_eq!(next_rowid, 100);
+        assert!(approx_keys > 0);
+
+        assert_ok(&call(&engine, &Request::FlushAll, 64));
+        assert_ok(&call(&engine, &Request::TruncateCf(T), 64));
+        assert_ok(&call(&engine, &Request::DropCf(T), 64));
+        assert_ok(&call(&engine, &Request::DropCf(T), 64));
+        assert_eq!(
+            error_code(&call(&engine, &Request::CfInfo(T), 64)),
+            ErrorCode::NoSuchCf
+        );
+        assert_ok(&call(&engine, &Request::CreateCf(T), 64));
+        assert_ok(&call(&engine, &Request::DropDatabase { db: T.db }, 64));
+        assert!(engine.list_table_cfs().is_empty());
+    }
+
+    #[test]
+    fn scan_of_an_entry_too_large_for_the_buffer_is_too_large() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(0, 0), &[0; 1000]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, 1);
+        let resp = call(
+            &engine,
+            &Request::Scan {
+                cf: T,
+                start: &start,
+                end: &end,
+                max_entries: 0,
+            },
+            256,
+        );
+        assert_eq!(error_code(&resp), ErrorCode::TooLarge);
+        // An answer that does not fit is TooLarge too, not a truncated answer.
+        assert_eq!(
+            error_code(&call(&engine, &Request::CfInfo(T), 16)),
+            ErrorCode::TooLarge
+        );
+    }
+
+    #[test]
+    fn tiny_response_buffer_executes_nothing() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        assert!(call(&engine, &Request::CreateCf(T), MIN_RESPONSE_LEN - 1).is_empty());
+        assert!(engine.list_table_cfs().is_empty());
+        assert_ok(&call(&engine, &Request::Ping, MIN_RESPONSE_LEN));
+    }
+
+    #[test]
+    fn garbage_gets_an_error_response() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let mut resp = [0u8; 256];
+        for garbage in [
+            &b""[..],
+            b"\x00",
+            b"\xFF\xFF\xFF\xFF",
+            &[0xAB; 40],
+            &[7, 0, 0, 0, 5, 0, 0, 0],
+        ] {
+            let n = handle(&engine, garbage, &mut resp);
+            assert_eq!(error_code(&resp[..n]), ErrorCode::BadRequest, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn random_and_mutated_requests_never_panic() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        };
+
+        // Valid requests to mutate, so the fuzz reaches past the header checks.
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 0), b"value one").unwrap();
+        batch.push(&row_key(2, 0), b"").unwrap();
+        let (start, end) = row_range(0, 10);
+        let seeds = [
+            Request::PutBatch {
+                cf: T,
+                batch: batch.as_batch(),
+            },
+            Request::Scan {
+                cf: T,
+                start: &start,
+                end: &end,
+                max_entries: 3,
+            },
+            Request::AllocRowids { cf: T, count: 2 },
+            Request::CfInfo(T),
+        ];
+        let mut encoded = Vec::new();
+        for seed in &seeds {
+            let mut buf = vec![0u8; 256];
+            let len = encode_request(seed, &mut buf).unwrap();
+            buf.truncate(len);
+            encoded.push(buf);
+        }
+
+        let mut resp = vec![0u8; 512];
+        for i in 0..4000 {
+            let mut req: Vec<u8> = if i % 4 == 0 {
+                (0..next() % 80).map(|_| next() as u8).collect()
+            } else {
+                encoded[(next() % encoded.len() as u64) as usize].clone()
+            };
+            if i % 4 != 0 {
+                for _ in 0..1 + next() % 3 {
+                    let at = (next() % req.len() as u64) as usize;
+                    req[at] = next() as u8;
+                }
+                if next() % 4 == 0 {
+                    req.truncate((next() % req.len() as u64) as usize);
+                }
+            }
+            let resp_len = (next() % resp.len() as u64) as usize;
+            let n = handle(&engine, &req, &mut resp[..resp_len]);
+            assert!(n <= resp_len);
+            if resp_len >= MIN_RESPONSE_LEN {
+                decode_response(&resp[..n]).expect("handle's answer decodes");
+            } else {
+                assert_eq!(n, 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# THE TEST COMMAND: the set-up of scripts/start.sh (tools, PostgreSQL 16, pasv
+# built and installed), then
+#   1. unit tests: cargo test --release --workspace
+#   2. the wall: pasv_am never sees PostgreSQL, the extension never sees RocksDB
+#   3. pg_regress (sql/schedule) on a fresh cluster with pasv preloaded
+#   4. pg_regress (sql/schedule_nopreload) on a fresh cluster without it
+# The last line is `tests: N passed, M failed` (cargo unit tests + pg_regress
+# tests; a step that fails without a test count, e.g. a build error or a broken
+# wall, counts as one failure). Exits non-zero if M > 0.
+#
+# Inside a pg_regress test, `\!` commands see PASV_TEST_PGDATA, PASV_PG_BIN,
+# PASV_TEST_LOG, PGHOST, PGPORT and PGUSER, so a test can restart its server:
+#   \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m fast -w restart > /dev/null
+#   \c
+set -uo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PASSED=0
+FAILED=0
+FAILED_STEPS=()
+TEST_DIR=$PASV_HOME/test
+TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload")
+t0=$SECONDS
+
+# A step that failed without per-test counts: one failure.
+step_failed() {
+  FAILED=$((FAILED + 1))
+  FAILED_STEPS+=("$1")
+  printf 'FAILED: %s\n' "$1"
+}
+
+stop_test_clusters() {
+  local d
+  [ -n "${PG_BIN:-}" ] || return 0
+  for d in "${TEST_CLUSTERS[@]}"; do
+    if [ -f "$d/PG_VERSION" ]; then stop_cluster "$d"; fi
+  done
+}
+
+finish() {
+  local rc=$?
+  trap - EXIT
+  stop_test_clusters
+  if [ "$rc" -ne 0 ] && [ "$FAILED" -eq 0 ]; then
+    step_failed "stopped early (exit $rc; see the ERROR above)"
+  fi
+  if [ ${#FAILED_STEPS[@]} -gt 0 ]; then
+    printf 'failed steps:\n'
+    printf '  - %s\n' "${FAILED_STEPS[@]}"
+  fi
+  printf 'test.sh took %d s\n' $((SECONDS - t0))
+  printf 'tests: %d passed, %d failed\n' "$PASSED" "$FAILED"
+  [ "$FAILED" -eq 0 ] || exit 1
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM HUP
+
+setup_all
+
+# ---- 1. unit tests -------------------------------------------------------
+say "unit tests: cargo test --release --workspace"
+t=$SECONDS
+ulog=$PASV_HOME/log/unit-tests.log
+(cd "$PASV_ROOT" && cargo test --release --workspace) 2>&1 | tee "$ulog"
+rc=${PIPESTATUS[0]}
+read -r up uf < <(awk '/^test result: /{ for (i = 2; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } } END { print p+0, f+0 }' "$ulog")
+PASSED=$((PASSED + up))
+FAILED=$((FAILED + uf))
+if [ "$rc" -ne 0 ] && [ "$uf" -eq 0 ]; then
+  step_failed "cargo test --release --workspace exited $rc (log: $ulog)"
+fi
+say "unit tests: $up passed, $uf failed ($((SECONDS - t)) s)"
+
+# ---- 2. the wall ---------------------------------------------------------
+say "the wall: pasv_am has no pgrx, the extension has no rocksdb"
+wall_ok=1
+if ! out=$(cd "$PASV_ROOT" && cargo tree -p pasv_am -e normal 2>&1); then
+  printf '%s\n' "$out"
+  step_failed "wall: cargo tree -p pasv_am -e normal failed"
+  wall_ok=0
+elif hits=$(grep -n 'pgrx' <<<"$out"); then
+  printf '%s\n' "$hits"
+  step_failed "wall: the engine crate pasv_am depends on pgrx (cargo tree -p pasv_am -e normal); it must never see PostgreSQL"
+  wall_ok=0
+fi
+if ! out=$(cd "$PASV_ROOT" && cargo tree -p pasv -e normal --depth 1 2>&1); then
+  printf '%s\n' "$out"
+  step_failed "wall: cargo tree -p pasv -e normal --depth 1 failed"
+  wall_ok=0
+elif hits=$(grep -nE '(^|[^[:alnum:]_-])(rocksdb|librocksdb-sys) v' <<<"$out"); then
+  printf '%s\n' "$hits"
+  step_failed "wall: the extension pasv depends on RocksDB directly (cargo tree -p pasv -e normal --depth 1); only pasv_am may"
+  wall_ok=0
+fi
+if hits=$(cd "$PASV_ROOT" && grep -rn 'rocksdb' src/); then
+  printf '%s\n' "$hits"
+  step_failed "wall: src/ mentions rocksdb (grep -rn rocksdb src/); the extension talks to RocksDB only through pasv_am"
+  wall_ok=0
+fi
+[ "$wall_ok" = 1 ] && say "the wall holds"
+
+# ---- 3./4. pg_regress ----------------------------------------------------
+PG_REGRESS=$PG_PKGLIBDIR/pgxs/src/test/regress/pg_regress
+
+# run_regress NAME DATADIR PORT SCHEDULE [--no-preload]
+run_regress() {
+  local name=$1 data=$2 port=$3 schedule=$4 flag=${5:-}
+  local log=$TEST_DIR/$name.log out=$TEST_DIR/out-$name rc p f t=$SECONDS
+  if [ ! -f "$schedule" ]; then
+    step_failed "pg_regress ($name): no schedule $schedule"
+    return 0
+  fi
+  init_cluster "$data" "$port" "$flag"
+  start_cluster "$data" "$log"
+  wait_ready "$port"
+  pasv_dir "$out"
+  say "pg_regress ($name): $schedule against port $port; output in $out"
+  as_pasv env PASV_TEST_PGDATA="$data" PASV_PG_BIN="$PG_BIN" PASV_TEST_LOG="$log" \
+    PGHOST="$PASV_RUN" PGPORT="$port" PGUSER=postgres \
+    "$PG_REGRESS" --bindir="$PG_BIN" --host="$PASV_RUN" --port="$port" --user=postgres \
+    --dbname=pasv_regress --inputdir="$PASV_ROOT" --outputdir="$out" --schedule="$schedule" \
+    2>&1 | tee "$out.txt"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -cE '^[[:space:]]*ok [0-9]+' "$out.txt")
+  f=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$out.txt")
+  PASSED=$((PASSED + p))
+  FAILED=$((FAILED + f))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    step_failed "pg_regress ($name) exited $rc"
+  fi
+  if [ "$rc" -ne 0 ] || [ "$f" -gt 0 ]; then
+    if [ -s "$out/regression.diffs" ]; then
+      printf -- '---- %s/regression.diffs (first 200 lines) ----\n' "$out"
+      head -n 200 "$out/regression.diffs"
+    fi
+    printf -- '---- server log %s (last 60 lines) ----\n' "$log"
+    tail -n 60 "$log"
+    printf -- '----\n'
+  fi
+  stop_cluster "$data"
+  say "pg_regress ($name): $p passed, $f failed ($((SECONDS - t)) s)"
+}
+
+if [ ! -x "$PG_REGRESS" ]; then
+  step_failed "pg_regress not found at $PG_REGRESS"
+else
+  say "fresh test clusters under $TEST_DIR"
+  stop_test_clusters
+  rm -rf "$TEST_DIR"
+  pasv_dir "$TEST_DIR"
+  ensure_traversable "$PASV_ROOT/sql"
+  if ! as_pasv test -r "$PASV_ROOT/sql/schedule"; then
+    step_failed "user $PASV_USER cannot read $PASV_ROOT/sql (pg_regress runs as that user)"
+  else
+    run_regress preload "$TEST_DIR/data" "$PASV_TEST_PORT" "$PASV_ROOT/sql/schedule"
+    run_regress nopreload "$TEST_DIR/nopreload" "$((PASV_TEST_PORT + 1))" "$PASV_ROOT/sql/schedule_nopreload" --no-preload
+  fi
+fi

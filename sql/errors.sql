@@ -1,0 +1,38 @@
+-- What pasv does not do yet fails with a clear error: a message, a HINT,
+-- and a SQLSTATE (echoed after each statement).
+CREATE TABLE e (id int PRIMARY KEY, v text) USING pasv;
+INSERT INTO e VALUES (1, 'a'), (2, 'b');
+
+UPDATE e SET v = 'z' WHERE id = 1;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DELETE FROM e WHERE id = 2;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT * FROM e WHERE id = 1 FOR UPDATE;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+INSERT INTO e VALUES (1, 'c') ON CONFLICT (id) DO NOTHING;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM e TABLESAMPLE SYSTEM (50);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+VACUUM FULL e;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+CLUSTER e USING e_pkey;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+CREATE INDEX CONCURRENTLY e_v ON e (v);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DROP INDEX e_v;
+CREATE TEMP TABLE tmp_p (a int) USING pasv;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+CREATE UNLOGGED TABLE unl_p (a int) USING pasv;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+BEGIN;
+INSERT INTO e VALUES (3, 'c');
+PREPARE TRANSACTION 'p1';
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- A row too large for one channel buffer.
+INSERT INTO e VALUES (4, repeat('x', 200000));
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- VACUUM is not silent either: it warns.
+VACUUM e;
+-- Nothing above changed the table.
+SELECT * FROM e ORDER BY id;
+DROP TABLE e;

@@ -1,0 +1,272 @@
+//! Typed calls from a backend to the engine, over this backend's channel
+//! slot, plus the backend's write-behind buffer of new rows.
+//!
+//! Write-behind: rows inserted into a pasv table without indexes are
+//! collected here and sent as one `PutBatch` when the buffer fills, before
+//! any other engine call by this backend (so every read this backend makes
+//! sees its own writes), when the transaction id changes, at pre-commit and
+//! at `finish_bulk_insert`. Tables with indexes are written through at once:
+//! another backend's unique check may fetch the row by TID through the index
+//! at any moment, so the row must already be in the engine.
+
+use crate::error::CallError;
+use crate::ipc::client::{self, ChannelError};
+use pasv_am::protocol::{self, BatchBuilder, CfRef, Request, Response};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Rows of one transaction id for one CF, not yet sent.
+struct Pending {
+    target: Option<(CfRef, u32)>,
+    batch: BatchBuilder,
+}
+
+/// Per-CF cache of rowids this backend has reserved from the engine.
+struct RowidRange {
+    next: u64,
+    end: u64,
+    chunk: u32,
+}
+
+thread_local! {
+    // Backends are single-threaded: thread-local is process-local here.
+    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, batch: BatchBuilder::new() });
+    static ROWIDS: RefCell<HashMap<(u32, u32), RowidRange>> = RefCell::new(HashMap::new());
+}
+
+fn key(cf: CfRef) -> (u32, u32) {
+    (cf.db, cf.rel)
+}
+
+/// Send `req`; `read` turns the decoded answer into the caller's value
+/// (inside the slot, before any other call can reuse the buffer).
+fn raw_call<R>(
+    req: &Request<'_>,
+    read: impl FnOnce(Response<'_>) -> Result<R, CallError>,
+) -> Result<R, CallError> {
+    let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
+    client::call(
+        |out| {
+            protocol::encode_request(req, out).map_err(|_| ChannelError::RequestTooLarge {
+                needed: available + 1,
+                available,
+            })
+        },
+        |bytes| match protocol::decode_response(bytes) {
+            Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
+            Ok(resp) => read(resp),
+            Err(e) => Err(CallError::Protocol(e.to_string())),
+        },
+    )?
+}
+
+/// Send `req` after flushing this backend's buffered rows.
+fn call<R>(req: &Request<'_>, read: impl FnOnce(Response<'_>) -> Result<R, CallError>) -> Result<R, CallError> {
+    flush_pending()?;
+    raw_call(req, read)
+}
+
+fn expect_ok(what: &'static str) -> impl FnOnce(Response<'_>) -> Result<(), CallError> {
+    move |r| match r {
+        Response::Ok => Ok(()),
+        _ => Err(CallError::Unexpected(what)),
+    }
+}
+
+pub fn ping() -> Result<(), CallError> {
+    raw_call(&Request::Ping, expect_ok("Ping"))
+}
+
+pub fn create_cf(cf: CfRef) -> Result<(), CallError> {
+    forget_rowids(cf);
+    call(&Request::CreateCf(cf), expect_ok("CreateCf"))
+}
+
+pub fn drop_cf(cf: CfRef) -> Result<(), CallError> {
+    forget_rowids(cf);
+    discard_pending_for(cf);
+    call(&Request::DropCf(cf), expect_ok("DropCf"))
+}
+
+pub fn drop_database(db: u32) -> Result<(), CallError> {
+    ROWIDS.with(|r| r.borrow_mut().retain(|k, _| k.0 != db));
+    call(&Request::DropDatabase { db }, expect_ok("DropDatabase"))
+}
+
+pub fn truncate_cf(cf: CfRef) -> Result<(), CallError> {
+    discard_pending_for(cf);
+    forget_rowids(cf);
+    call(&Request::TruncateCf(cf), expect_ok("TruncateCf"))
+}
+
+pub struct CfInfo {
+    pub next_rowid: u64,
+    pub approx_keys: u64,
+    pub approx_bytes: u64,
+}
+
+pub fn cf_info(cf: CfRef) -> Result<CfInfo, CallError> {
+    call(&Request::CfInfo(cf), |r| match r {
+        Response::CfInfo { next_rowid, approx_keys, approx_bytes } => {
+            Ok(CfInfo { next_rowid, approx_keys, approx_bytes })
+        }
+        _ => Err(CallError::Unexpected("CfInfo")),
+    })
+}
+
+pub fn flush_all() -> Result<(), CallError> {
+    call(&Request::FlushAll, expect_ok("FlushAll"))
+}
+
+/// Result of a scan call whose raw answer was copied into the caller's buffer.
+pub struct ScanCopied {
+    pub len: usize,
+}
+
+/// Scan `[start, end)` and copy the raw answer (a `Response::Entries`) into
+/// `dest`, which must be at least the channel buffer size. The caller decodes
+/// it with `protocol::decode_response` from its own memory.
+pub fn scan_into(cf: CfRef, start: &[u8], end: &[u8], max_entries: u32, dest: &mut [u8]) -> Result<ScanCopied, CallError> {
+    flush_pending()?;
+    let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
+    let req = Request::Scan { cf, start, end, max_entries };
+    client::call(
+        |out| {
+            protocol::encode_request(&req, out)
+                .map_err(|_| ChannelError::RequestTooLarge { needed: available + 1, available })
+        },
+        |bytes| match protocol::decode_response(bytes) {
+            Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
+            Ok(Response::Entries { .. }) => {
+                dest[..bytes.len()].copy_from_slice(bytes);
+                Ok(ScanCopied { len: bytes.len() })
+            }
+            Ok(_) => Err(CallError::Unexpected("Scan")),
+            Err(e) => Err(CallError::Protocol(e.to_string())),
+        },
+    )?
+}
+
+/// Write one batch now (no buffering).
+pub fn put_batch(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+    flush_pending()?;
+    put_batch_raw(cf, batch)
+}
+
+fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+    client::call(
+        |out| {
+            let available = out.len();
+            protocol::encode_put_batch(cf, batch, out)
+                .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })
+        },
+        |bytes| match protocol::decode_response(bytes) {
+            Ok(Response::Ok) => Ok(()),
+            Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
+            Ok(_) => Err(CallError::Unexpected("PutBatch")),
+            Err(e) => Err(CallError::Protocol(e.to_string())),
+        },
+    )?
+}
+
+/// Conservative encoded size of one entry (see `pasv_am::protocol`).
+pub fn entry_cost(key: &[u8], value: &[u8]) -> usize {
+    16 + key.len().next_multiple_of(8) + value.len().next_multiple_of(8) + 8
+}
+
+/// Largest batch payload that fits one request.
+pub fn batch_capacity() -> usize {
+    client::buffer_bytes().unwrap_or(0).saturating_sub(128)
+}
+
+/// Buffer one new row of transaction `xid` for `cf` (write-behind).
+pub fn buffer_put(cf: CfRef, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+    let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
+    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + entry_cost(key, value) > batch_capacity());
+    if !same_target || full {
+        flush_pending()?;
+    }
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.target = Some((cf, xid));
+        p.batch.push(key, value);
+    });
+    Ok(())
+}
+
+/// Send buffered rows, if any.
+pub fn flush_pending() -> Result<(), CallError> {
+    let Some((cf, _)) = PENDING.with(|p| p.borrow().target) else {
+        return Ok(());
+    };
+    // Take the batch out first: a failed send must not be retried with
+    // stale rows at the next call (the statement fails and aborts).
+    let batch = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.target = None;
+        std::mem::replace(&mut p.batch, BatchBuilder::new())
+    });
+    let result = if batch.len() > 0 { put_batch_raw(cf, &batch) } else { Ok(()) };
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.target.is_none() {
+            let mut batch = batch;
+            batch.clear();
+            p.batch = batch; // keep the allocation
+        }
+    });
+    result
+}
+
+/// Drop buffered rows: all of them (top-level abort), or only those of
+/// transaction `xid` (subtransaction abort).
+pub fn discard_pending(xid: Option<u32>) {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if xid.is_none() || p.target.map(|t| t.1) == xid {
+            p.target = None;
+            p.batch.clear();
+        }
+    });
+}
+
+fn discard_pending_for(cf: CfRef) {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.target.map(|t| t.0) == Some(cf) {
+            p.target = None;
+            p.batch.clear();
+        }
+    });
+}
+
+/// Next rowid for a new row in `cf`. Rowids are reserved from the engine in
+/// chunks that grow while a backend keeps inserting (64 up to 4096); a
+/// backend that exits leaves the rest of its chunk unused (gaps are harmless).
+pub fn next_rowid(cf: CfRef) -> Result<u64, CallError> {
+    let cached = ROWIDS.with(|r| {
+        let mut r = r.borrow_mut();
+        match r.get_mut(&key(cf)) {
+            Some(range) if range.next < range.end => {
+                let id = range.next;
+                range.next += 1;
+                Some(id)
+            }
+            _ => None,
+        }
+    });
+    if let Some(id) = cached {
+        return Ok(id);
+    }
+    let chunk = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| (x.chunk * 2).min(4096)).unwrap_or(64));
+    let first = call(&Request::AllocRowids { cf, count: chunk }, |r| match r {
+        Response::Rowids { first } => Ok(first),
+        _ => Err(CallError::Unexpected("AllocRowids")),
+    })?;
+    ROWIDS.with(|r| r.borrow_mut().insert(key(cf), RowidRange { next: first + 1, end: first + chunk as u64, chunk }));
+    Ok(first)
+}
+
+pub fn forget_rowids(cf: CfRef) {
+    ROWIDS.with(|r| r.borrow_mut().remove(&key(cf)));
+}

@@ -1,0 +1,195 @@
+//! Backend side of the channel: submit one request from this process's slot
+//! and wait for the answer.
+//!
+//! Errors are returned, not raised: callers in commit/abort callbacks must
+//! never ERROR, so only the SQL-facing edge (`crate::engine_client`) turns a
+//! [`ChannelError`] into an `ereport`. The one exception is a pending query
+//! cancel or terminate, processed by `CHECK_FOR_INTERRUPTS` while waiting
+//! (held off inside commit/abort, where PostgreSQL holds interrupts).
+
+use super::{futex, Channel, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, SUBMITTED};
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a backend spins for an answer before sleeping on its slot.
+const ANSWER_SPIN: Duration = Duration::from_micros(50);
+/// Upper bound on one futex sleep: interrupts and engine death are checked
+/// at least this often.
+const WAIT_BOUND: Duration = Duration::from_millis(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("pasv is not loaded through shared_preload_libraries")]
+    NotPreloaded,
+    #[error("the pasv engine is not running")]
+    EngineDown,
+    #[error("the pasv engine failed to start")]
+    EngineFailed,
+    #[error("the pasv engine did not become ready within {0} s")]
+    StartTimeout(u64),
+    #[error("this process has no pasv channel slot")]
+    NoSlot,
+    #[error("request of {needed} bytes does not fit the channel buffer of {available} bytes")]
+    RequestTooLarge { needed: usize, available: usize },
+}
+
+// The channel mapped by this process: set by the postmaster's shmem startup
+// hook (again after each crash restart, which maps a new segment) and
+// inherited by every child through fork.
+static BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static NSLOTS: AtomicUsize = AtomicUsize::new(0);
+static BUFFER_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+pub fn install(chan: Channel) {
+    NSLOTS.store(chan.nslots(), Ordering::Relaxed);
+    BUFFER_BYTES.store(chan.buffer_bytes(), Ordering::Relaxed);
+    BASE.store(chan.base_ptr(), Ordering::Release);
+}
+
+pub fn channel() -> Option<Channel> {
+    let base = BASE.load(Ordering::Acquire);
+    if base.is_null() {
+        return None;
+    }
+    let layout = super::Layout::new(NSLOTS.load(Ordering::Relaxed), BUFFER_BYTES.load(Ordering::Relaxed));
+    // SAFETY: `base` was mapped by the shmem startup hook with this layout.
+    Some(unsafe { Channel::from_raw(base, layout) })
+}
+
+fn my_slot(chan: &Channel) -> Result<usize, ChannelError> {
+    // SAFETY: MyProc is set for every process attached to shared memory
+    // (backends and background workers) before any of our code can run.
+    let procno = unsafe {
+        if pg_sys::MyProc.is_null() {
+            return Err(ChannelError::NoSlot);
+        }
+        (*pg_sys::MyProc).pgprocno
+    };
+    if procno < 0 || procno as usize >= chan.nslots() {
+        return Err(ChannelError::NoSlot);
+    }
+    Ok(procno as usize)
+}
+
+fn engine_alive(chan: &Channel) -> bool {
+    let h = chan.header();
+    h.engine_state.load(Ordering::Acquire) == ENGINE_READY
+        && futex::process_alive(h.engine_pid.load(Ordering::Acquire))
+}
+
+/// Wait (interruptibly, bounded by `pasv.engine_start_timeout`) until the
+/// engine is ready: right after server start or a crash restart it may still
+/// be opening RocksDB.
+fn wait_engine_ready(chan: &Channel) -> Result<(), ChannelError> {
+    let h = chan.header();
+    if h.engine_state.load(Ordering::Acquire) == ENGINE_READY {
+        return Ok(());
+    }
+    let timeout = crate::guc::engine_start_timeout();
+    let start = Instant::now();
+    let mut logged = false;
+    loop {
+        match h.engine_state.load(Ordering::Acquire) {
+            ENGINE_READY => return Ok(()),
+            ENGINE_FAILED => return Err(ChannelError::EngineFailed),
+            _ => {}
+        }
+        if start.elapsed() >= timeout {
+            return Err(ChannelError::StartTimeout(timeout.as_secs()));
+        }
+        if !logged {
+            pgrx::log!("pasv: waiting for the pasv engine to start");
+            logged = true;
+        }
+        // SAFETY: plain latch wait on this process's latch; WL_EXIT_ON_PM_DEATH
+        // ends the process if the postmaster dies.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                10,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// Wait until slot `i` is DONE.
+fn wait_done(chan: &Channel, i: usize) -> Result<(), ChannelError> {
+    let slot = chan.slot(i);
+    let start = Instant::now();
+    let mut spins: u32 = 0;
+    loop {
+        if slot.state.load(Ordering::Acquire) == DONE {
+            return Ok(());
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 && start.elapsed() >= ANSWER_SPIN {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    loop {
+        slot.waiting.store(1, Ordering::SeqCst);
+        let seen = slot.state.load(Ordering::SeqCst);
+        if seen != DONE {
+            futex::wait(&slot.state, seen, WAIT_BOUND);
+        }
+        slot.waiting.store(0, Ordering::SeqCst);
+        if slot.state.load(Ordering::Acquire) == DONE {
+            return Ok(());
+        }
+        pgrx::check_for_interrupts!();
+        if !engine_alive(chan) {
+            return Err(ChannelError::EngineDown);
+        }
+    }
+}
+
+/// One round trip. `fill` writes the request into the slot buffer and
+/// returns its length; `read` receives the response bytes. Neither may make
+/// another channel call (the buffer is the slot's only one).
+pub fn call<R>(
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
+    read: impl FnOnce(&[u8]) -> R,
+) -> Result<R, ChannelError> {
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let i = my_slot(&chan)?;
+    let slot = chan.slot(i);
+    wait_engine_ready(&chan)?;
+
+    // A request abandoned by an earlier cancel may still be in flight.
+    let state = slot.state.load(Ordering::Acquire);
+    if state != IDLE && state != DONE {
+        wait_done(&chan, i)?;
+    }
+
+    let buf = chan.buffer_ptr(i);
+    // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+    let len = fill(out)?;
+    slot.request_len.store(len as u32, Ordering::Relaxed);
+    // SAFETY: reading our own pid global.
+    slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
+    // Release: the request bytes become visible to the engine's Acquire CAS.
+    slot.state.store(SUBMITTED, Ordering::SeqCst);
+    let h = chan.header();
+    h.doorbell.fetch_add(1, Ordering::SeqCst);
+    if h.sleeping_servers.load(Ordering::SeqCst) > 0 {
+        futex::wake(&h.doorbell, 1);
+    }
+
+    wait_done(&chan, i)?;
+    let n = (slot.response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+    // SAFETY: DONE: the engine is finished with the buffer (Acquire above).
+    let answer = unsafe { std::slice::from_raw_parts(buf, n) };
+    Ok(read(answer))
+}
+
+/// Size of one slot buffer, or None when the channel is not mapped.
+pub fn buffer_bytes() -> Option<usize> {
+    channel().map(|c| c.buffer_bytes())
+}

@@ -1,0 +1,178 @@
+//! The backend ⇄ engine channel: per-backend request/response slots in one
+//! shared-memory region. This module owns every raw shared-memory pointer in
+//! pasv; everything else sees safe methods.
+//!
+//! # Layout
+//! ```text
+//! ChannelHeader | SlotHeader × nslots (64-byte aligned) | buffer × nslots (buffer_bytes each, 4 KiB aligned)
+//! ```
+//! A slot belongs to the process whose `PGPROC` number is its index
+//! (`MyProc->pgprocno`), so a backend never competes for its slot.
+//!
+//! # Protocol (one request in flight per slot)
+//! ```text
+//!   state:  IDLE ──backend──► SUBMITTED ──engine CAS──► CLAIMED ──engine──► DONE ──backend──► (next request)
+//! ```
+//! * The backend writes the request into the buffer, then stores
+//!   `SUBMITTED` with `Release` (pairs with the engine's `Acquire` CAS), then
+//!   bumps the doorbell (SeqCst) and wakes a sleeping engine thread.
+//! * An engine thread claims the slot with a CAS `SUBMITTED → CLAIMED`
+//!   (`Acquire`), copies the request out, writes the response into the
+//!   buffer, and stores `DONE` with `Release` (pairs with the backend's
+//!   `Acquire` load). It wakes the backend with a futex only if the backend
+//!   announced that it sleeps (`waiting`), read after the `DONE` store (SeqCst
+//!   on both sides, so one of the two always sees the other).
+//! * Engine threads sleep on the doorbell with `futex_wait(doorbell, seen)`:
+//!   a submit after `seen` was read changes the word and the wait returns at
+//!   once, so no wake-up is lost.
+//! * A backend interrupted while waiting (query cancel) leaves its slot
+//!   `SUBMITTED`/`CLAIMED`; its next request first waits for that stale
+//!   request to finish (`DONE`) and discards the answer.
+
+pub mod client;
+pub mod futex;
+pub mod server;
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+
+pub const MAGIC: u64 = 0x7061_7376_6368_616e; // "pasvchan"
+
+/// Slot states (the `state` word is also the backend's futex word).
+pub const IDLE: u32 = 0;
+pub const SUBMITTED: u32 = 1;
+pub const CLAIMED: u32 = 2;
+pub const DONE: u32 = 3;
+
+/// Engine states as seen by backends.
+pub const ENGINE_DOWN: u32 = 0;
+pub const ENGINE_STARTING: u32 = 1;
+pub const ENGINE_READY: u32 = 2;
+pub const ENGINE_STOPPING: u32 = 3;
+pub const ENGINE_FAILED: u32 = 4;
+
+#[repr(C)]
+pub struct ChannelHeader {
+    pub magic: u64,
+    pub nslots: u32,
+    pub buffer_bytes: u32,
+    pub engine_state: AtomicU32,
+    pub engine_pid: AtomicI32,
+    /// Bumped by every submit; engine threads sleep on it.
+    pub doorbell: AtomicU32,
+    /// Number of engine threads asleep on the doorbell (a wake is needed only then).
+    pub sleeping_servers: AtomicU32,
+    /// Incremented each time an engine finishes starting (diagnostics).
+    pub engine_generation: AtomicU64,
+    /// Requests served since the engine started (diagnostics, `pasv.channel_stats()`).
+    pub served: AtomicU64,
+}
+
+#[repr(C, align(64))]
+pub struct SlotHeader {
+    pub state: AtomicU32,
+    /// 1 while the owning backend sleeps in `futex_wait(state)`.
+    pub waiting: AtomicU32,
+    pub request_len: AtomicU32,
+    pub response_len: AtomicU32,
+    pub owner_pid: AtomicI32,
+}
+
+pub const BUFFER_ALIGN: usize = 4096;
+
+fn align_up(n: usize, a: usize) -> usize {
+    n.div_ceil(a) * a
+}
+
+/// Byte offsets of the parts of the region, shared by the size computation
+/// (at shmem request time) and the accessors.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub nslots: usize,
+    pub buffer_bytes: usize,
+    pub slots_offset: usize,
+    pub buffers_offset: usize,
+    pub total: usize,
+}
+
+impl Layout {
+    pub fn new(nslots: usize, buffer_bytes: usize) -> Layout {
+        let slots_offset = align_up(std::mem::size_of::<ChannelHeader>(), 64);
+        let buffers_offset =
+            align_up(slots_offset + nslots * std::mem::size_of::<SlotHeader>(), BUFFER_ALIGN);
+        let total = buffers_offset + nslots * buffer_bytes + BUFFER_ALIGN;
+        Layout { nslots, buffer_bytes, slots_offset, buffers_offset, total }
+    }
+}
+
+/// A view of the mapped channel region. Copyable: it is two numbers and a
+/// pointer into shared memory that lives as long as the postmaster's segment
+/// (every process that holds one is a child of that postmaster).
+#[derive(Clone, Copy)]
+pub struct Channel {
+    base: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: the region is process-shared memory that outlives every thread of
+// the engine; all shared fields are atomics, and buffer access follows the
+// slot protocol above (exactly one side owns a buffer in each state).
+unsafe impl Send for Channel {}
+unsafe impl Sync for Channel {}
+
+impl Channel {
+    /// # Safety
+    /// `base` must point to a region of at least `layout.total` bytes that
+    /// stays mapped for the life of the process, aligned to 4 KiB after
+    /// `layout.buffers_offset` rounding (see [`Channel::init`]).
+    pub unsafe fn from_raw(base: *mut u8, layout: Layout) -> Channel {
+        Channel { base, layout }
+    }
+
+    /// Initialise a freshly allocated region (postmaster, shmem startup).
+    ///
+    /// # Safety
+    /// As [`Channel::from_raw`]; no other process may use the region yet.
+    pub unsafe fn init(base: *mut u8, layout: Layout) -> Channel {
+        std::ptr::write_bytes(base, 0, layout.buffers_offset);
+        let header = base as *mut ChannelHeader;
+        (*header).magic = MAGIC;
+        (*header).nslots = layout.nslots as u32;
+        (*header).buffer_bytes = layout.buffer_bytes as u32;
+        Channel { base, layout }
+    }
+
+    pub fn header(&self) -> &ChannelHeader {
+        // SAFETY: the region starts with an initialised ChannelHeader.
+        unsafe { &*(self.base as *const ChannelHeader) }
+    }
+
+    pub(crate) fn base_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    pub fn nslots(&self) -> usize {
+        self.layout.nslots
+    }
+
+    pub fn buffer_bytes(&self) -> usize {
+        self.layout.buffer_bytes
+    }
+
+    pub fn slot(&self, i: usize) -> &SlotHeader {
+        assert!(i < self.layout.nslots, "slot {i} out of range");
+        // SAFETY: in range; slot headers are initialised (zeroed) atomics.
+        unsafe {
+            &*(self.base.add(self.layout.slots_offset + i * std::mem::size_of::<SlotHeader>())
+                as *const SlotHeader)
+        }
+    }
+
+    /// Raw pointer to slot `i`'s buffer. Who may read or write it depends on
+    /// the slot's state (see the module docs), so only the protocol code in
+    /// `client` and `server` dereferences it.
+    pub(crate) fn buffer_ptr(&self, i: usize) -> *mut u8 {
+        assert!(i < self.layout.nslots, "slot {i} out of range");
+        // SAFETY: in range of the region computed by Layout.
+        unsafe { self.base.add(self.layout.buffers_offset + i * self.layout.buffer_bytes) }
+    }
+}

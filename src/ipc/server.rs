@@ -1,0 +1,90 @@
+//! Engine side of the channel: the loop run by each engine service thread.
+//!
+//! Runs on plain OS threads: it must never call PostgreSQL (DESIGN.md §1,
+//! invariant 6). It touches only the channel's atomics and buffers and calls
+//! the handler, which is pure Rust (`pasv_am::server::handle`).
+
+use super::{futex, Channel, CLAIMED, DONE, SUBMITTED};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long an idle service thread spins before sleeping on the doorbell.
+/// Short on purpose: on a 2-core machine a spinning thread competes with the
+/// backends it serves.
+const IDLE_SPIN: Duration = Duration::from_micros(30);
+/// Upper bound on one doorbell sleep, so `stop` is noticed even without a wake.
+const SLEEP_BOUND: Duration = Duration::from_millis(100);
+
+/// Serve requests until `stop` is set. `thread_index` spreads the threads'
+/// scan start points so they do not all race for the same slot.
+pub fn serve(
+    chan: Channel,
+    stop: &AtomicBool,
+    thread_index: usize,
+    mut handle: impl FnMut(&[u8], &mut [u8]) -> usize,
+) {
+    let header = chan.header();
+    let nslots = chan.nslots();
+    let mut request = Vec::with_capacity(chan.buffer_bytes());
+    let mut cursor = thread_index % nslots.max(1);
+    let mut last_work = Instant::now();
+
+    while !stop.load(Ordering::Relaxed) {
+        let seen = header.doorbell.load(Ordering::SeqCst);
+        let mut served_any = false;
+        for _ in 0..nslots {
+            let i = cursor;
+            cursor = if cursor + 1 == nslots { 0 } else { cursor + 1 };
+            let slot = chan.slot(i);
+            if slot.state.load(Ordering::Relaxed) != SUBMITTED {
+                continue;
+            }
+            // Acquire pairs with the backend's Release store of SUBMITTED:
+            // the request bytes are visible once the CAS succeeds.
+            if slot
+                .state
+                .compare_exchange(SUBMITTED, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue; // another service thread took it
+            }
+            let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+            let buf = chan.buffer_ptr(i);
+            request.clear();
+            // SAFETY: in state CLAIMED this thread owns the buffer (module
+            // protocol); `len` is clamped to the buffer size.
+            request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
+            let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+            let n = handle(&request, response);
+            slot.response_len.store(n as u32, Ordering::Relaxed);
+            // Release (SeqCst) publishes the response bytes to the backend's
+            // Acquire load; SeqCst orders it before the `waiting` load below.
+            slot.state.store(DONE, Ordering::SeqCst);
+            if slot.waiting.load(Ordering::SeqCst) != 0 {
+                futex::wake(&slot.state, 1);
+            }
+            header.served.fetch_add(1, Ordering::Relaxed);
+            served_any = true;
+        }
+        if served_any {
+            last_work = Instant::now();
+            continue;
+        }
+        if last_work.elapsed() < IDLE_SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        header.sleeping_servers.fetch_add(1, Ordering::SeqCst);
+        // A submit after `seen` changed the doorbell: the wait returns at once.
+        futex::wait(&header.doorbell, seen, SLEEP_BOUND);
+        header.sleeping_servers.fetch_sub(1, Ordering::SeqCst);
+        last_work = Instant::now();
+    }
+}
+
+/// Wake every sleeping service thread (shutdown).
+pub fn wake_all(chan: Channel) {
+    let header = chan.header();
+    header.doorbell.fetch_add(1, Ordering::SeqCst);
+    futex::wake(&header.doorbell, i32::MAX);
+}

@@ -1,0 +1,50 @@
+//! SQL-callable functions in schema `pasv`.
+
+use crate::engine_client;
+use pgrx::prelude::*;
+use std::time::Instant;
+
+/// Round trips over this backend's channel slot: `n` pings (after 1000
+/// warm-up pings), with percentiles in microseconds. Used by
+/// `bench/channel_roundtrip.sh`; not a test.
+#[pg_extern]
+fn channel_roundtrip(
+    n: i32,
+) -> TableIterator<
+    'static,
+    (
+        name!(requests, i64),
+        name!(p50_us, f64),
+        name!(p90_us, f64),
+        name!(p99_us, f64),
+        name!(max_us, f64),
+        name!(mean_us, f64),
+    ),
+> {
+    let n = n.clamp(1, 10_000_000) as usize;
+    for _ in 0..1000 {
+        if let Err(e) = engine_client::ping() {
+            e.raise("pinging the engine");
+        }
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        if let Err(e) = engine_client::ping() {
+            e.raise("pinging the engine");
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / 1000.0);
+    }
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| samples[((n as f64 * p) as usize).min(n - 1)];
+    TableIterator::once((n as i64, pct(0.50), pct(0.90), pct(0.99), samples[n - 1], mean))
+}
+
+/// Flush every pasv memtable to SST files and wait (tests, operations).
+#[pg_extern]
+fn flush() {
+    if let Err(e) = engine_client::flush_all() {
+        e.raise("flushing memtables");
+    }
+}

@@ -1,0 +1,135 @@
+//! Table storage lifecycle: a CF is created with the table's relfilenumber
+//! (CREATE TABLE, TRUNCATE, rewrites) and dropped when the transaction that
+//! made it obsolete commits (DROP TABLE, TRUNCATE, DROP DATABASE) or when the
+//! transaction that created it aborts. The drops are pending actions run by
+//! `crate::xact` at transaction end.
+//!
+//! Each pasv table also gets an empty main-fork file, like heap's
+//! `RelationCreateStorage`, so PostgreSQL code that looks at the relation's
+//! storage (ANALYZE's block count, pg_relation_size) finds a valid, empty
+//! relation rather than a missing file.
+
+use super::{cf_of, is_pasv, rel_name};
+use crate::xact::{self, Action};
+use crate::{engine_client, error};
+use pasv_am::protocol::CfRef;
+use pgrx::pg_sys;
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_set_new_filelocator(
+    rel: pg_sys::Relation,
+    newrlocator: *const pg_sys::RelFileLocator,
+    persistence: std::ffi::c_char,
+    freeze_xid: *mut pg_sys::TransactionId,
+    minmulti: *mut pg_sys::MultiXactId,
+) {
+    match persistence as u8 {
+        pg_sys::RELPERSISTENCE_TEMP => error::not_supported(
+            "temporary tables",
+            "Create the temporary table with USING heap (or SET default_table_access_method = heap).",
+        ),
+        pg_sys::RELPERSISTENCE_UNLOGGED => error::not_supported(
+            "unlogged tables",
+            "Create a logged pasv table, or an unlogged table USING heap.",
+        ),
+        _ => {}
+    }
+    *freeze_xid = pg_sys::RecentXmin;
+    *minmulti = pg_sys::GetOldestMultiXactId();
+
+    let srel = pg_sys::RelationCreateStorage(*newrlocator, persistence, true);
+    pg_sys::smgrclose(srel);
+
+    let new_cf = CfRef { db: (*newrlocator).dbOid.to_u32(), rel: (*newrlocator).relNumber.to_u32() };
+    let old_cf = cf_of(rel);
+    // Schedule before creating, so an ERROR in between cannot leak the CF.
+    xact::schedule(Action::DropCf(new_cf), xact::When::Abort);
+    if old_cf != new_cf {
+        // TRUNCATE / rewrite of an existing table: the old rows go at commit.
+        xact::schedule(Action::DropCf(old_cf), xact::When::Commit);
+    }
+    if let Err(e) = engine_client::create_cf(new_cf) {
+        e.raise(&format!("creating storage for {}", rel_name(rel)));
+    }
+    xact::mark_written();
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::Relation) {
+    if let Err(e) = engine_client::truncate_cf(cf_of(rel)) {
+        e.raise(&format!("truncating {}", rel_name(rel)));
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_copy_data(
+    _rel: pg_sys::Relation,
+    _newrlocator: *const pg_sys::RelFileLocator,
+) {
+    error::not_supported(
+        "ALTER TABLE ... SET TABLESPACE",
+        "pasv keeps all rows under $PGDATA/pasv; tablespaces do not apply to pasv tables.",
+    );
+}
+
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
+    _old: pg_sys::Relation,
+    _new: pg_sys::Relation,
+    _old_index: pg_sys::Relation,
+    _use_sort: bool,
+    _oldest_xmin: pg_sys::TransactionId,
+    _xid_cutoff: *mut pg_sys::TransactionId,
+    _multi_cutoff: *mut pg_sys::MultiXactId,
+    _num_tuples: *mut f64,
+    _tups_vacuumed: *mut f64,
+    _tups_recently_dead: *mut f64,
+) {
+    error::not_supported(
+        "CLUSTER, VACUUM FULL or table rewrites",
+        "pasv rows are already kept in rowid order by RocksDB; run the statement on a heap table instead.",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// DROP TABLE / DROP DATABASE (no table-AM callback exists for them)
+// ---------------------------------------------------------------------------
+
+static mut PREV_OBJECT_ACCESS: pg_sys::object_access_hook_type = None;
+
+/// # Safety
+/// Called once from `_PG_init`.
+pub unsafe fn install_object_access_hook() {
+    PREV_OBJECT_ACCESS = pg_sys::object_access_hook;
+    pg_sys::object_access_hook = Some(object_access);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn object_access(
+    access: pg_sys::ObjectAccessType::Type,
+    class_id: pg_sys::Oid,
+    object_id: pg_sys::Oid,
+    sub_id: i32,
+    arg: *mut std::ffi::c_void,
+) {
+    if let Some(prev) = PREV_OBJECT_ACCESS {
+        prev(access, class_id, object_id, sub_id, arg);
+    }
+    if access != pg_sys::ObjectAccessType::OAT_DROP || sub_id != 0 {
+        return;
+    }
+    if class_id == pg_sys::RelationRelationId {
+        let rel = pg_sys::RelationIdGetRelation(object_id);
+        if rel.is_null() {
+            return;
+        }
+        if is_pasv(rel) {
+            xact::schedule(Action::DropCf(cf_of(rel)), xact::When::Commit);
+            xact::mark_written();
+        }
+        pg_sys::RelationClose(rel);
+    } else if class_id == pg_sys::DatabaseRelationId {
+        xact::schedule(Action::DropDatabase(object_id.to_u32()), xact::When::Commit);
+    }
+}

@@ -1,0 +1,127 @@
+//! Fetching one row by TID: index scans (btree on a pasv table), TID scans,
+//! triggers, and snapshot re-checks.
+
+use super::stream::RowStream;
+use super::visibility::Reader;
+use super::{cf_of, describe_row, rowid_from_tid, store_in_slot};
+use pgrx::pg_sys;
+
+#[repr(C)]
+struct PasvIndexFetch {
+    base: pg_sys::IndexFetchTableData,
+    stream: RowStream,
+    tuple: pg_sys::HeapTupleData,
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
+    let f = pg_sys::palloc0(std::mem::size_of::<PasvIndexFetch>()) as *mut PasvIndexFetch;
+    (*f).base.rel = rel;
+    std::ptr::write(&mut (*f).stream, RowStream::new(cf_of(rel)));
+    f as *mut pg_sys::IndexFetchTableData
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_fetch_reset(_data: *mut pg_sys::IndexFetchTableData) {}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_fetch_end(data: *mut pg_sys::IndexFetchTableData) {
+    let f = data as *mut PasvIndexFetch;
+    (*f).stream.free();
+    pg_sys::pfree(f as *mut _);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_fetch_tuple(
+    data: *mut pg_sys::IndexFetchTableData,
+    tid: pg_sys::ItemPointer,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    call_again: *mut bool,
+    all_dead: *mut bool,
+) -> bool {
+    let f = &mut *(data as *mut PasvIndexFetch);
+    // One rowid holds the whole version chain: nothing to call again for.
+    *call_again = false;
+    if !all_dead.is_null() {
+        *all_dead = false;
+    }
+    let Some(rowid) = rowid_from_tid(tid) else { return false };
+    f.stream.set_range(rowid, rowid + 1);
+    match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
+        Some(row) => {
+            describe_row(f.base.rel, &row, &mut f.tuple);
+            store_in_slot(&mut f.tuple, slot);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Resolve rowid `rowid` of `rel` for `reader` and store a copy of the
+/// visible version in `slot` (the slot owns it). False if none is visible.
+unsafe fn fetch_copy(rel: pg_sys::Relation, rowid: u64, reader: Reader, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let mut stream = RowStream::new(cf_of(rel));
+    stream.set_range(rowid, rowid + 1);
+    let found = match stream.next_row(reader, "fetching a row version") {
+        Some(row) => {
+            let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
+            describe_row(rel, &row, &mut t);
+            let copy = pg_sys::heap_copytuple(&mut t);
+            if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
+                pg_sys::ExecStoreHeapTuple(copy, slot, true);
+            } else {
+                pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
+            }
+            true
+        }
+        None => false,
+    };
+    stream.free();
+    found
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_fetch_row_version(
+    rel: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    let Some(rowid) = rowid_from_tid(tid) else { return false };
+    fetch_copy(rel, rowid, Reader::Snapshot(snapshot), slot)
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_tid_valid(_scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
+    rowid_from_tid(tid).is_some()
+}
+
+/// Rows never move yet (no UPDATE): a TID is its own latest version.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_get_latest_tid(_scan: pg_sys::TableScanDesc, _tid: pg_sys::ItemPointer) {}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_satisfies_snapshot(
+    rel: pg_sys::Relation,
+    slot: *mut pg_sys::TupleTableSlot,
+    snapshot: pg_sys::Snapshot,
+) -> bool {
+    let Some(rowid) = rowid_from_tid(&(*slot).tts_tid) else { return false };
+    let mut stream = RowStream::new(cf_of(rel));
+    stream.set_range(rowid, rowid + 1);
+    let visible = stream.next_row(Reader::Snapshot(snapshot), "checking a row against a snapshot").is_some();
+    stream.free();
+    visible
+}
+
+/// pasv never reports index entries dead (`all_dead` is always false), so
+/// no index asks to delete entries; declare none deletable.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_delete_tuples(
+    _rel: pg_sys::Relation,
+    delstate: *mut pg_sys::TM_IndexDeleteOp,
+) -> pg_sys::TransactionId {
+    (*delstate).ndeltids = 0;
+    pg_sys::InvalidTransactionId
+}

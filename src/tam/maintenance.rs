@@ -1,0 +1,202 @@
+//! VACUUM, ANALYZE, index builds, and what the planner asks about size.
+
+use super::scan::PasvScan;
+use super::{cf_of, rel_name};
+use crate::{engine_client, error};
+use pasv_am::keys::ROWS_PER_BLOCK;
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+/// Not implemented yet (version chains, and with them dead versions, arrive
+/// with UPDATE/DELETE). Reported, never silently skipped: a WARNING to the
+/// user, a LOG line for autovacuum.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_vacuum(
+    rel: pg_sys::Relation,
+    _params: *mut pg_sys::VacuumParams,
+    _bstrategy: pg_sys::BufferAccessStrategy,
+) {
+    let message = format!("pasv does not vacuum tables yet; skipping {}", rel_name(rel));
+    let hint = "pasv tables are insert-only for now, so they hold no dead rows to remove.";
+    if pg_sys::IsAutoVacuumWorkerProcess() {
+        pgrx::log!("{message}");
+    } else {
+        error::warn(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message, hint);
+    }
+}
+
+/// ANALYZE in PostgreSQL 16 samples `RelationGetNumberOfBlocks` blocks of
+/// the main fork, which is empty for pasv tables: no block is ever offered.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_analyze_next_block(
+    _scan: pg_sys::TableScanDesc,
+    _blockno: pg_sys::BlockNumber,
+    _bstrategy: pg_sys::BufferAccessStrategy,
+) -> bool {
+    false
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_analyze_next_tuple(
+    _scan: pg_sys::TableScanDesc,
+    _oldest_xmin: pg_sys::TransactionId,
+    _liverows: *mut f64,
+    _deadrows: *mut f64,
+    _slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    false
+}
+
+/// Feed every row whose creator did not abort to the index build callback
+/// (CREATE INDEX holds a lock that excludes concurrent writers).
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn index_build_range_scan(
+    table_rel: pg_sys::Relation,
+    index_rel: pg_sys::Relation,
+    index_info: *mut pg_sys::IndexInfo,
+    _allow_sync: bool,
+    _anyvisible: bool,
+    _progress: bool,
+    start_blockno: pg_sys::BlockNumber,
+    numblocks: pg_sys::BlockNumber,
+    callback: pg_sys::IndexBuildCallback,
+    callback_state: *mut std::ffi::c_void,
+    scan: pg_sys::TableScanDesc,
+) -> f64 {
+    let Some(callback) = callback else { return 0.0 };
+    let own_scan = scan.is_null();
+    let scan = if own_scan {
+        super::scan::scan_begin(
+            table_rel,
+            &raw mut pg_sys::SnapshotAnyData,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            pg_sys::ScanOptions::SO_TYPE_SEQSCAN,
+        )
+    } else {
+        scan
+    };
+    let s = &mut *(scan as *mut PasvScan);
+    s.build_live = true;
+    if own_scan && numblocks != pg_sys::InvalidBlockNumber {
+        let lo = u64::from(start_blockno) * ROWS_PER_BLOCK;
+        s.stream.set_range(lo, lo + u64::from(numblocks) * ROWS_PER_BLOCK);
+    }
+
+    let slot = pg_sys::table_slot_create(table_rel, std::ptr::null_mut());
+    let estate = pg_sys::CreateExecutorState();
+    let econtext = pg_sys::MakePerTupleExprContext(estate);
+    (*econtext).ecxt_scantuple = slot;
+    let predicate = pg_sys::ExecPrepareQual((*index_info).ii_Predicate, estate);
+    let mut values = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
+    let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+    let mut reltuples = 0.0;
+
+    while s.next_into(slot) {
+        pgrx::check_for_interrupts!();
+        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
+            continue;
+        }
+        pg_sys::FormIndexDatum(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
+        let mut tid = (*slot).tts_tid;
+        callback(index_rel, &mut tid, values.as_mut_ptr(), isnull.as_mut_ptr(), true, callback_state);
+        reltuples += 1.0;
+    }
+
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::FreeExecutorState(estate);
+    (*index_info).ii_ExpressionsState = std::ptr::null_mut();
+    (*index_info).ii_PredicateState = std::ptr::null_mut();
+    if own_scan {
+        super::scan::scan_end(scan);
+    }
+    reltuples
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn index_validate_scan(
+    _table_rel: pg_sys::Relation,
+    _index_rel: pg_sys::Relation,
+    _index_info: *mut pg_sys::IndexInfo,
+    _snapshot: pg_sys::Snapshot,
+    _state: *mut pg_sys::ValidateIndexState,
+) {
+    error::not_supported(
+        "CREATE INDEX CONCURRENTLY",
+        "Use CREATE INDEX without CONCURRENTLY, then drop the invalid index this statement left behind.",
+    );
+}
+
+/// Blocks the table's rowids span (291 rowids a block), from the engine.
+unsafe fn rowid_blocks(rel: pg_sys::Relation) -> (u64, u64) {
+    match engine_client::cf_info(cf_of(rel)) {
+        Ok(info) => (info.next_rowid.div_ceil(ROWS_PER_BLOCK), info.next_rowid),
+        Err(e) => e.raise(&format!("reading the size of {}", rel_name(rel))),
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_size(rel: pg_sys::Relation, fork: pg_sys::ForkNumber::Type) -> u64 {
+    if fork != pg_sys::ForkNumber::MAIN_FORKNUM && fork != pg_sys::ForkNumber::InvalidForkNumber {
+        return 0;
+    }
+    rowid_blocks(rel).0 * pg_sys::BLCKSZ as u64
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_needs_toast_table(_rel: pg_sys::Relation) -> bool {
+    false
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_toast_am(_rel: pg_sys::Relation) -> pg_sys::Oid {
+    pg_sys::Oid::from(pg_sys::HEAP_TABLE_AM_OID)
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_fetch_toast_slice(
+    _toastrel: pg_sys::Relation,
+    _valueid: pg_sys::Oid,
+    _attrsize: i32,
+    _sliceoffset: i32,
+    _slicelength: i32,
+    _result: *mut pg_sys::varlena,
+) {
+    error::not_supported("TOAST tables", "pasv tables keep whole rows inline; no TOAST table uses pasv.");
+}
+
+/// Pages and rows from the rowids allocated so far (an upper bound on rows:
+/// unused rowids of a backend's reserved range leave gaps).
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn relation_estimate_size(
+    rel: pg_sys::Relation,
+    _attr_widths: *mut i32,
+    pages: *mut pg_sys::BlockNumber,
+    tuples: *mut f64,
+    allvisfrac: *mut f64,
+) {
+    let (blocks, rows) = rowid_blocks(rel);
+    *pages = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
+    *tuples = rows as f64;
+    *allvisfrac = 0.0;
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_sample_next_block(
+    _scan: pg_sys::TableScanDesc,
+    _scanstate: *mut pg_sys::SampleScanState,
+) -> bool {
+    error::not_supported("TABLESAMPLE", "Sample with ORDER BY random() LIMIT n, or on a heap copy of the table.");
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_sample_next_tuple(
+    _scan: pg_sys::TableScanDesc,
+    _scanstate: *mut pg_sys::SampleScanState,
+    _slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    error::not_supported("TABLESAMPLE", "Sample with ORDER BY random() LIMIT n, or on a heap copy of the table.");
+}

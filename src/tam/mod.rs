@@ -1,0 +1,148 @@
+//! pasv's table access method: one static `TableAmRoutine`, with callbacks
+//! grouped in heapam_handler.c's order (slot, scan, parallel scan, index
+//! fetch, non-modifying tuple ops, modifications, DDL, maintenance and
+//! planner, bitmap/sample). Callbacks are thin: they turn pointers into
+//! values and call the module that owns the behaviour. They reach the engine
+//! only through `crate::engine_client`.
+
+pub mod ddl;
+mod fetch;
+mod maintenance;
+mod modify;
+mod scan;
+mod stream;
+mod visibility;
+
+use pasv_am::protocol::CfRef;
+use pgrx::pg_sys;
+
+/// The routine the relcache keeps a pointer to (so it must be a static).
+pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
+    type_: pg_sys::NodeTag::T_TableAmRoutine,
+
+    slot_callbacks: Some(slot_callbacks),
+
+    scan_begin: Some(scan::scan_begin),
+    scan_end: Some(scan::scan_end),
+    scan_rescan: Some(scan::scan_rescan),
+    scan_getnextslot: Some(scan::scan_getnextslot),
+    scan_set_tidrange: Some(scan::scan_set_tidrange),
+    scan_getnextslot_tidrange: Some(scan::scan_getnextslot),
+
+    parallelscan_estimate: Some(scan::parallelscan_estimate),
+    parallelscan_initialize: Some(scan::parallelscan_initialize),
+    parallelscan_reinitialize: Some(scan::parallelscan_reinitialize),
+
+    index_fetch_begin: Some(fetch::index_fetch_begin),
+    index_fetch_reset: Some(fetch::index_fetch_reset),
+    index_fetch_end: Some(fetch::index_fetch_end),
+    index_fetch_tuple: Some(fetch::index_fetch_tuple),
+
+    tuple_fetch_row_version: Some(fetch::tuple_fetch_row_version),
+    tuple_tid_valid: Some(fetch::tuple_tid_valid),
+    tuple_get_latest_tid: Some(fetch::tuple_get_latest_tid),
+    tuple_satisfies_snapshot: Some(fetch::tuple_satisfies_snapshot),
+    index_delete_tuples: Some(fetch::index_delete_tuples),
+
+    tuple_insert: Some(modify::tuple_insert),
+    tuple_insert_speculative: Some(modify::tuple_insert_speculative),
+    tuple_complete_speculative: Some(modify::tuple_complete_speculative),
+    multi_insert: Some(modify::multi_insert),
+    tuple_delete: Some(modify::tuple_delete),
+    tuple_update: Some(modify::tuple_update),
+    tuple_lock: Some(modify::tuple_lock),
+    finish_bulk_insert: Some(modify::finish_bulk_insert),
+
+    relation_set_new_filelocator: Some(ddl::relation_set_new_filelocator),
+    relation_nontransactional_truncate: Some(ddl::relation_nontransactional_truncate),
+    relation_copy_data: Some(ddl::relation_copy_data),
+    relation_copy_for_cluster: Some(ddl::relation_copy_for_cluster),
+
+    relation_vacuum: Some(maintenance::relation_vacuum),
+    scan_analyze_next_block: Some(maintenance::scan_analyze_next_block),
+    scan_analyze_next_tuple: Some(maintenance::scan_analyze_next_tuple),
+    index_build_range_scan: Some(maintenance::index_build_range_scan),
+    index_validate_scan: Some(maintenance::index_validate_scan),
+
+    relation_size: Some(maintenance::relation_size),
+    relation_needs_toast_table: Some(maintenance::relation_needs_toast_table),
+    relation_toast_am: Some(maintenance::relation_toast_am),
+    relation_fetch_toast_slice: Some(maintenance::relation_fetch_toast_slice),
+    relation_estimate_size: Some(maintenance::relation_estimate_size),
+
+    scan_bitmap_next_block: Some(scan::scan_bitmap_next_block),
+    scan_bitmap_next_tuple: Some(scan::scan_bitmap_next_tuple),
+    scan_sample_next_block: Some(maintenance::scan_sample_next_block),
+    scan_sample_next_tuple: Some(maintenance::scan_sample_next_tuple),
+};
+
+/// Tuples come out of pasv as plain heap tuples (header + data), so the
+/// executor's slots for pasv tables are heap-tuple slots.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn slot_callbacks(_rel: pg_sys::Relation) -> *const pg_sys::TupleTableSlotOps {
+    &raw const pg_sys::TTSOpsHeapTuple
+}
+
+/// The column family of a pasv relation.
+///
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn cf_of(rel: pg_sys::Relation) -> CfRef {
+    let loc = (*rel).rd_locator;
+    CfRef { db: loc.dbOid.to_u32(), rel: loc.relNumber.to_u32() }
+}
+
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn is_pasv(rel: pg_sys::Relation) -> bool {
+    (*rel).rd_tableam == &raw const ROUTINE
+}
+
+/// `"name"` of a relation, for messages.
+///
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn rel_name(rel: pg_sys::Relation) -> String {
+    let name = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr());
+    format!("\"{}\"", name.to_string_lossy())
+}
+
+/// Set a TID from a rowid.
+pub fn tid_from_rowid(rowid: u64, tid: &mut pg_sys::ItemPointerData) {
+    let (block, offset) = pasv_am::keys::rowid_to_tid(rowid);
+    pgrx::itemptr::item_pointer_set_all(tid, block, offset);
+}
+
+/// The rowid a TID names, or None for TIDs no rowid maps to.
+///
+/// # Safety
+/// `tid` must be valid.
+pub unsafe fn rowid_from_tid(tid: *const pg_sys::ItemPointerData) -> Option<u64> {
+    let (block, offset) = pgrx::itemptr::item_pointer_get_both(*tid);
+    pasv_am::keys::tid_to_rowid(block, offset)
+}
+
+/// Put a tuple that lives in pasv-owned memory into `slot` without copying
+/// (heap-tuple slots), or by copying into a slot of another kind.
+///
+/// # Safety
+/// `tuple` must stay valid while the slot holds it (until the owner's next
+/// fetch) — the same contract heapam has with its buffer-pinned tuples.
+pub unsafe fn store_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys::TupleTableSlot) {
+    if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
+        pg_sys::ExecStoreHeapTuple(tuple, slot, false);
+    } else {
+        pg_sys::ExecForceStoreHeapTuple(tuple, slot, false);
+    }
+}
+
+/// Fill `tuple` to describe a resolved row of `rel`.
+///
+/// # Safety
+/// `rel` valid; `row.tuple` points to `row.tuple_len` bytes of a heap tuple.
+pub(crate) unsafe fn describe_row(rel: pg_sys::Relation, row: &stream::Row, tuple: &mut pg_sys::HeapTupleData) {
+    tuple.t_len = row.tuple_len as u32;
+    tuple.t_data = row.tuple as *mut pg_sys::HeapTupleHeaderData;
+    tuple.t_tableOid = (*rel).rd_id;
+    tid_from_rowid(row.rowid, &mut tuple.t_self);
+}

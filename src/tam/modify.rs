@@ -1,0 +1,192 @@
+//! Inserting rows (single, multi-insert/COPY), and the row operations that
+//! pasv does not support yet, which fail with FEATURE_NOT_SUPPORTED.
+//!
+//! A new row gets its rowid (and so its TID) before it is written; its value
+//! is the MVCC header (creator FullTransactionId, command id) followed by the
+//! heap tuple, whose header carries the same xmin/cmin so system columns read
+//! as on heap.
+
+use super::{cf_of, rel_name, tid_from_rowid};
+use crate::{engine_client, error};
+use pasv_am::keys;
+use pasv_am::row::{RowHeader, HEADER_LEN};
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+use std::cell::RefCell;
+
+thread_local! {
+    static VALUE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(8192));
+}
+
+const HINT_WRITES: &str =
+    "pasv currently supports INSERT, COPY, SELECT, TRUNCATE and DROP; use a heap table for this workload meanwhile.";
+
+/// Write one tuple of `slot` into `rel` as a new row.
+unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) {
+    let cf = cf_of(rel);
+    let mut should_free = false;
+    let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    (*slot).tts_tableOid = (*rel).rd_id;
+    (*tuple).t_tableOid = (*rel).rd_id;
+
+    let rowid = match engine_client::next_rowid(cf) {
+        Ok(r) => r,
+        Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
+    };
+    let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+    let xid = full_xid as u32;
+    tid_from_rowid(rowid, &mut (*tuple).t_self);
+
+    // The stored heap tuple header says who created it, like heap_insert.
+    let h = (*tuple).t_data;
+    (*h).t_infomask &= !(pg_sys::HEAP_XACT_MASK as u16);
+    (*h).t_infomask2 &= !(pg_sys::HEAP2_XACT_MASK as u16);
+    (*h).t_infomask |= pg_sys::HEAP_XMAX_INVALID as u16;
+    (*h).t_choice.t_heap.t_xmin = pg_sys::TransactionId::from(xid);
+    (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
+    (*h).t_choice.t_heap.t_field3.t_cid = cid;
+    (*h).t_ctid = (*tuple).t_self;
+    (*slot).tts_tid = (*tuple).t_self;
+
+    let tuple_bytes = std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize);
+    let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
+    if HEADER_LEN + tuple_bytes.len() > limit {
+        error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "row of {} bytes is too large for pasv table {} (limit {} bytes)",
+                tuple_bytes.len(),
+                rel_name(rel),
+                limit - HEADER_LEN
+            ),
+            "Raise pasv.channel_buffer_size (needs a restart), or store large values in a heap table.",
+        );
+    }
+    let header = RowHeader { flags: 0, cid, xid: full_xid, moved_to: 0 };
+    let result = VALUE.with(|v| {
+        let mut v = v.borrow_mut();
+        v.clear();
+        v.extend_from_slice(&header.encode());
+        v.extend_from_slice(tuple_bytes);
+        engine_client::buffer_put(cf, xid, &keys::row_key(rowid, 0), &v)
+    });
+    if let Err(e) = result {
+        e.raise(&format!("inserting into {}", rel_name(rel)));
+    }
+    crate::xact::mark_written();
+    if should_free {
+        pg_sys::heap_freetuple(tuple);
+    }
+}
+
+/// Rows of tables with indexes are sent at once (see engine_client).
+unsafe fn flush_if_indexed(rel: pg_sys::Relation) {
+    if (*(*rel).rd_rel).relhasindex {
+        if let Err(e) = engine_client::flush_pending() {
+            e.raise(&format!("inserting into {}", rel_name(rel)));
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_insert(
+    rel: pg_sys::Relation,
+    slot: *mut pg_sys::TupleTableSlot,
+    cid: pg_sys::CommandId,
+    _options: i32,
+    _bistate: *mut pg_sys::BulkInsertStateData,
+) {
+    insert_slot(rel, slot, cid);
+    flush_if_indexed(rel);
+    pg_sys::pgstat_count_heap_insert(rel, 1);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn multi_insert(
+    rel: pg_sys::Relation,
+    slots: *mut *mut pg_sys::TupleTableSlot,
+    nslots: i32,
+    cid: pg_sys::CommandId,
+    _options: i32,
+    _bistate: *mut pg_sys::BulkInsertStateData,
+) {
+    for i in 0..nslots.max(0) as usize {
+        insert_slot(rel, *slots.add(i), cid);
+    }
+    flush_if_indexed(rel);
+    pg_sys::pgstat_count_heap_insert(rel, i64::from(nslots));
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn finish_bulk_insert(rel: pg_sys::Relation, _options: i32) {
+    if let Err(e) = engine_client::flush_pending() {
+        e.raise(&format!("inserting into {}", rel_name(rel)));
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_insert_speculative(
+    _rel: pg_sys::Relation,
+    _slot: *mut pg_sys::TupleTableSlot,
+    _cid: pg_sys::CommandId,
+    _options: i32,
+    _bistate: *mut pg_sys::BulkInsertStateData,
+    _spec_token: u32,
+) {
+    error::not_supported("INSERT ... ON CONFLICT", HINT_WRITES);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_complete_speculative(
+    _rel: pg_sys::Relation,
+    _slot: *mut pg_sys::TupleTableSlot,
+    _spec_token: u32,
+    _succeeded: bool,
+) {
+    error::not_supported("INSERT ... ON CONFLICT", HINT_WRITES);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_delete(
+    _rel: pg_sys::Relation,
+    _tid: pg_sys::ItemPointer,
+    _cid: pg_sys::CommandId,
+    _snapshot: pg_sys::Snapshot,
+    _crosscheck: pg_sys::Snapshot,
+    _wait: bool,
+    _tmfd: *mut pg_sys::TM_FailureData,
+    _changing_part: bool,
+) -> pg_sys::TM_Result::Type {
+    error::not_supported("DELETE", HINT_WRITES);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_update(
+    _rel: pg_sys::Relation,
+    _otid: pg_sys::ItemPointer,
+    _slot: *mut pg_sys::TupleTableSlot,
+    _cid: pg_sys::CommandId,
+    _snapshot: pg_sys::Snapshot,
+    _crosscheck: pg_sys::Snapshot,
+    _wait: bool,
+    _tmfd: *mut pg_sys::TM_FailureData,
+    _lockmode: *mut pg_sys::LockTupleMode::Type,
+    _update_indexes: *mut pg_sys::TU_UpdateIndexes::Type,
+) -> pg_sys::TM_Result::Type {
+    error::not_supported("UPDATE", HINT_WRITES);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_lock(
+    _rel: pg_sys::Relation,
+    _tid: pg_sys::ItemPointer,
+    _snapshot: pg_sys::Snapshot,
+    _slot: *mut pg_sys::TupleTableSlot,
+    _cid: pg_sys::CommandId,
+    _mode: pg_sys::LockTupleMode::Type,
+    _wait_policy: pg_sys::LockWaitPolicy::Type,
+    _flags: u8,
+    _tmfd: *mut pg_sys::TM_FailureData,
+) -> pg_sys::TM_Result::Type {
+    error::not_supported("row locks (SELECT ... FOR UPDATE/SHARE)", HINT_WRITES);
+}

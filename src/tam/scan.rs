@@ -1,0 +1,297 @@
+//! Sequential, parallel, TID-range and bitmap scans of a pasv table.
+//!
+//! A scan walks rowid ranges of the table's CF through a [`RowStream`].
+//! Parallel scans share an atomic cursor in the DSM: each participant takes
+//! the next chunk of rowids, so every row is returned by exactly one of them.
+
+use super::stream::RowStream;
+use super::visibility::Reader;
+use super::{cf_of, describe_row, rel_name, store_in_slot};
+use crate::engine_client;
+use pasv_am::keys::{MAX_ROWID, ROWS_PER_BLOCK};
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Rowids handed to a parallel participant at a time (16 "blocks").
+const PARALLEL_CHUNK: u64 = 16 * ROWS_PER_BLOCK;
+
+#[repr(C)]
+pub struct PasvScan {
+    pub base: pg_sys::TableScanDescData,
+    pub stream: RowStream,
+    /// Index builds read every version whose creator did not abort.
+    pub build_live: bool,
+    /// The rowid range of a non-parallel scan (whole table, TID range, or
+    /// one bitmap block).
+    range_lo: u64,
+    range_hi: u64,
+    tuple: pg_sys::HeapTupleData,
+    /// Bitmap scans: -2 when not a bitmap scan; for the current block, -1
+    /// when lossy, else the number of exact offsets at `bm_offsets`.
+    bm_ntuples: i32,
+    bm_index: i32,
+    bm_offsets: *const pg_sys::OffsetNumber,
+}
+
+#[repr(C)]
+pub struct PasvParallelScan {
+    base: pg_sys::ParallelTableScanDescData,
+    next_rowid: AtomicU64,
+    end_rowid: u64,
+}
+
+impl PasvScan {
+    pub fn reader(&self) -> Reader {
+        if self.build_live {
+            Reader::BuildLive
+        } else {
+            Reader::Snapshot(self.base.rs_snapshot)
+        }
+    }
+
+    fn parallel(&self) -> Option<&PasvParallelScan> {
+        let p = self.base.rs_parallel as *const PasvParallelScan;
+        // SAFETY: rs_parallel, when set, is the DSM area our
+        // parallelscan_initialize filled.
+        unsafe { p.as_ref() }
+    }
+
+    /// The next visible row, stored in `slot`. False at the end.
+    ///
+    /// # Safety
+    /// A scan begun by `scan_begin`, in a backend inside a transaction.
+    pub unsafe fn next_into(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
+        let rel = self.base.rs_rd;
+        loop {
+            let reader = self.reader();
+            if let Some(row) = self.stream.next_row(reader, "scanning") {
+                if self.bm_ntuples >= 0 && !self.bitmap_wants(row.rowid) {
+                    continue;
+                }
+                describe_row(rel, &row, &mut self.tuple);
+                store_in_slot(&mut self.tuple, slot);
+                return true;
+            }
+            if self.bm_ntuples != -2 {
+                // Bitmap block done: the executor moves to the next block.
+                return false;
+            }
+            let Some(p) = self.parallel() else {
+                return false;
+            };
+            let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
+            if lo >= p.end_rowid {
+                return false;
+            }
+            let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
+            self.stream.set_range(lo, hi);
+        }
+    }
+
+    /// Exact bitmap pages: whether `rowid`'s offset is among the page's
+    /// offsets (both ascend, so a moving cursor suffices).
+    unsafe fn bitmap_wants(&mut self, rowid: u64) -> bool {
+        let offset = (rowid % ROWS_PER_BLOCK + 1) as u16;
+        let offsets = self.bm_offsets;
+        while self.bm_index < self.bm_ntuples && *offsets.add(self.bm_index as usize) < offset {
+            self.bm_index += 1;
+        }
+        self.bm_index < self.bm_ntuples && *offsets.add(self.bm_index as usize) == offset
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_begin(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+    key: *mut pg_sys::ScanKeyData,
+    pscan: pg_sys::ParallelTableScanDesc,
+    flags: u32,
+) -> pg_sys::TableScanDesc {
+    if nkeys > 0 {
+        crate::error::not_supported(
+            "scan keys in table scans",
+            "pasv tables cannot be system catalogs; the executor never passes scan keys to user tables.",
+        );
+    }
+    pg_sys::RelationIncrementReferenceCount(rel);
+    let scan = pg_sys::palloc0(std::mem::size_of::<PasvScan>()) as *mut PasvScan;
+    let s = &mut *scan;
+    s.base.rs_rd = rel;
+    s.base.rs_snapshot = snapshot;
+    s.base.rs_nkeys = nkeys;
+    s.base.rs_key = key;
+    s.base.rs_flags = flags;
+    s.base.rs_parallel = pscan;
+    std::ptr::write(&mut s.stream, RowStream::new(cf_of(rel)));
+    s.bm_ntuples = -2;
+    if pscan.is_null() {
+        s.range_lo = 0;
+        s.range_hi = MAX_ROWID + 1;
+    } else {
+        // Participants take chunks from the shared cursor as they go.
+        s.range_lo = 0;
+        s.range_hi = 0;
+    }
+    s.stream.set_range(s.range_lo, s.range_hi);
+    scan as pg_sys::TableScanDesc
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_end(scan: pg_sys::TableScanDesc) {
+    let s = &mut *(scan as *mut PasvScan);
+    s.stream.free();
+    pg_sys::RelationDecrementReferenceCount(s.base.rs_rd);
+    if s.base.rs_flags & pg_sys::ScanOptions::SO_TEMP_SNAPSHOT != 0 {
+        pg_sys::UnregisterSnapshot(s.base.rs_snapshot);
+    }
+    pg_sys::pfree(scan as *mut _);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_rescan(
+    scan: pg_sys::TableScanDesc,
+    _key: *mut pg_sys::ScanKeyData,
+    set_params: bool,
+    allow_strat: bool,
+    allow_sync: bool,
+    allow_pagemode: bool,
+) {
+    let s = &mut *(scan as *mut PasvScan);
+    if set_params {
+        use pg_sys::ScanOptions::*;
+        let mut f = s.base.rs_flags & !(SO_ALLOW_STRAT | SO_ALLOW_SYNC | SO_ALLOW_PAGEMODE);
+        if allow_strat {
+            f |= SO_ALLOW_STRAT;
+        }
+        if allow_sync {
+            f |= SO_ALLOW_SYNC;
+        }
+        if allow_pagemode {
+            f |= SO_ALLOW_PAGEMODE;
+        }
+        s.base.rs_flags = f;
+    }
+    s.stream.set_range(s.range_lo, s.range_hi);
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_getnextslot(
+    scan: pg_sys::TableScanDesc,
+    direction: pg_sys::ScanDirection::Type,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    if direction == pg_sys::ScanDirection::BackwardScanDirection {
+        crate::error::not_supported(
+            "backward scans",
+            "Fetch forward only, or materialize the result (e.g. a WITH ... MATERIALIZED query) before scrolling.",
+        );
+    }
+    if s.next_into(slot) {
+        true
+    } else {
+        pg_sys::ExecClearTuple(slot);
+        false
+    }
+}
+
+/// TID range scans: restrict the scan to rowids between two TIDs
+/// (inclusive), clamping offsets outside 1..=291 like heap does.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_set_tidrange(
+    scan: pg_sys::TableScanDesc,
+    mintid: pg_sys::ItemPointer,
+    maxtid: pg_sys::ItemPointer,
+) {
+    let s = &mut *(scan as *mut PasvScan);
+    let (min_block, min_off) = pgrx::itemptr::item_pointer_get_both(*mintid);
+    let (max_block, max_off) = pgrx::itemptr::item_pointer_get_both(*maxtid);
+    let block_start = |b: u32| u64::from(b) * ROWS_PER_BLOCK;
+    let lo = match min_off {
+        0 => block_start(min_block),
+        o if u64::from(o) > ROWS_PER_BLOCK => block_start(min_block) + ROWS_PER_BLOCK,
+        o => block_start(min_block) + u64::from(o) - 1,
+    };
+    let hi = match max_off {
+        0 => block_start(max_block),
+        o if u64::from(o) > ROWS_PER_BLOCK => block_start(max_block) + ROWS_PER_BLOCK,
+        o => block_start(max_block) + u64::from(o),
+    };
+    s.range_lo = lo;
+    s.range_hi = hi.max(lo);
+    s.stream.set_range(s.range_lo, s.range_hi);
+}
+
+// ---------------------------------------------------------------------------
+// Parallel scans
+// ---------------------------------------------------------------------------
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn parallelscan_estimate(_rel: pg_sys::Relation) -> pg_sys::Size {
+    std::mem::size_of::<PasvParallelScan>()
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn parallelscan_initialize(
+    rel: pg_sys::Relation,
+    pscan: pg_sys::ParallelTableScanDesc,
+) -> pg_sys::Size {
+    let p = pscan as *mut PasvParallelScan;
+    (*p).base.phs_relid = (*rel).rd_id;
+    (*p).base.phs_syncscan = false;
+    // Every row visible to the scan's snapshot got its rowid before the
+    // snapshot was taken, so the engine's next rowid now bounds the scan.
+    let info = match engine_client::cf_info(cf_of(rel)) {
+        Ok(info) => info,
+        Err(e) => e.raise(&format!("starting a parallel scan of {}", rel_name(rel))),
+    };
+    std::ptr::write(&mut (*p).next_rowid, AtomicU64::new(0));
+    (*p).end_rowid = info.next_rowid;
+    std::mem::size_of::<PasvParallelScan>()
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn parallelscan_reinitialize(
+    _rel: pg_sys::Relation,
+    pscan: pg_sys::ParallelTableScanDesc,
+) {
+    let p = pscan as *mut PasvParallelScan;
+    (*p).next_rowid.store(0, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Bitmap scans
+// ---------------------------------------------------------------------------
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_bitmap_next_block(
+    scan: pg_sys::TableScanDesc,
+    tbmres: *mut pg_sys::TBMIterateResult,
+) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    let block = u64::from((*tbmres).blockno);
+    s.range_lo = block * ROWS_PER_BLOCK;
+    s.range_hi = s.range_lo + ROWS_PER_BLOCK;
+    s.stream.set_range(s.range_lo, s.range_hi);
+    s.bm_ntuples = (*tbmres).ntuples.max(-1);
+    s.bm_index = 0;
+    s.bm_offsets = (*tbmres).offsets.as_ptr();
+    true
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_bitmap_next_tuple(
+    scan: pg_sys::TableScanDesc,
+    _tbmres: *mut pg_sys::TBMIterateResult,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    if s.next_into(slot) {
+        true
+    } else {
+        pg_sys::ExecClearTuple(slot);
+        false
+    }
+}

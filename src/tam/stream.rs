@@ -1,0 +1,224 @@
+//! A forward stream of rows (rowid groups of versions) over a range of one
+//! table CF, fetched from the engine in batches.
+//!
+//! Memory: the batch buffer and its entry index are palloc'd in the memory
+//! context current at creation (the scan's), so an ERROR that skips
+//! `scan_end` leaks nothing. The stream is a plain `#[repr(C)]` struct with
+//! no Rust-owned fields for the same reason.
+//!
+//! A batch may end in the middle of a rowid's versions. Such a group is
+//! never resolved from a partial view: the next batch restarts at the
+//! rowid's first (newest) key.
+
+use super::visibility::{self, Reader};
+use crate::engine_client;
+use pasv_am::keys::{self, ROW_KEY_LEN};
+use pasv_am::protocol::{self, CfRef, Response};
+use pasv_am::row::RowHeader;
+use pgrx::pg_sys;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EntryPos {
+    rowid: u64,
+    value_off: u32,
+    value_len: u32,
+}
+
+#[repr(C)]
+pub struct RowStream {
+    pub cf: CfRef,
+    /// Next key to fetch from, and the exclusive end of the range.
+    next_start: [u8; ROW_KEY_LEN],
+    end: [u8; ROW_KEY_LEN],
+    buf: *mut u8,
+    buf_cap: usize,
+    index: *mut EntryPos,
+    index_cap: usize,
+    /// Entries in the current batch, and the cursor into them.
+    count: usize,
+    pos: usize,
+    /// The engine may have more entries after this batch.
+    more: bool,
+}
+
+/// A resolved row: the visible version's header and tuple bytes (inside the
+/// stream's buffer, valid until the next fetch).
+pub struct Row {
+    pub rowid: u64,
+    pub header: RowHeader,
+    pub tuple: *mut u8,
+    pub tuple_len: usize,
+}
+
+impl RowStream {
+    /// # Safety
+    /// Allocates in `CurrentMemoryContext`; must run in a backend.
+    pub unsafe fn new(cf: CfRef) -> RowStream {
+        let buf_cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+        let index_cap = buf_cap / protocol::entry_encoded_len(ROW_KEY_LEN, 0) + 1;
+        let (lo, hi) = keys::row_range(0, keys::MAX_ROWID + 1);
+        RowStream {
+            cf,
+            next_start: lo,
+            end: hi,
+            buf: pg_sys::palloc(buf_cap) as *mut u8,
+            buf_cap,
+            index: pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos,
+            index_cap,
+            count: 0,
+            pos: 0,
+            more: true,
+        }
+    }
+
+    /// # Safety
+    /// The stream must not be used afterwards.
+    pub unsafe fn free(&mut self) {
+        if !self.buf.is_null() {
+            pg_sys::pfree(self.buf as *mut _);
+            self.buf = std::ptr::null_mut();
+        }
+        if !self.index.is_null() {
+            pg_sys::pfree(self.index as *mut _);
+            self.index = std::ptr::null_mut();
+        }
+    }
+
+    /// Restart the stream on rowids `[lo, hi)`.
+    pub fn set_range(&mut self, lo: u64, hi: u64) {
+        let hi = hi.min(keys::MAX_ROWID + 1);
+        let (start, end) = keys::row_range(lo.min(hi), hi);
+        self.next_start = start;
+        self.end = end;
+        self.count = 0;
+        self.pos = 0;
+        self.more = lo < hi;
+    }
+
+    /// Fetch the next batch from `next_start`.
+    unsafe fn fetch(&mut self, doing: &str) {
+        // SAFETY: buf has buf_cap bytes, allocated in new().
+        let dest = std::slice::from_raw_parts_mut(self.buf, self.buf_cap);
+        let copied = match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, dest) {
+            Ok(c) => c,
+            Err(e) => e.raise(doing),
+        };
+        let bytes = std::slice::from_raw_parts(self.buf as *const u8, copied.len);
+        let (more, batch) = match protocol::decode_response(bytes) {
+            Ok(Response::Entries { more, batch }) => (more, batch),
+            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
+        };
+        let mut n = 0;
+        let mut last_key = None;
+        for (key, value) in batch.iter() {
+            if n == self.index_cap {
+                break;
+            }
+            let Some((rowid, _version)) = keys::decode_row_key(key) else { continue };
+            *self.index.add(n) = EntryPos {
+                rowid,
+                value_off: (value.as_ptr() as usize - self.buf as usize) as u32,
+                value_len: value.len() as u32,
+            };
+            last_key = Some(key);
+            n += 1;
+        }
+        self.count = n;
+        self.pos = 0;
+        self.more = (more || n < batch.len()) && n > 0;
+        if let Some(k) = last_key {
+            if let Some(next) = successor(k) {
+                self.next_start = next;
+            } else {
+                self.more = false;
+            }
+        }
+    }
+
+    /// The next row with a version visible to `reader`, skipping rows whose
+    /// visible version is a tombstone or that have none.
+    ///
+    /// # Safety
+    /// Backend inside a transaction; `reader`'s snapshot valid.
+    pub unsafe fn next_row(&mut self, reader: Reader, doing: &str) -> Option<Row> {
+        loop {
+            if self.pos >= self.count {
+                if !self.more {
+                    return None;
+                }
+                self.fetch(doing);
+                if self.count == 0 {
+                    return None;
+                }
+            }
+            let first = *self.index.add(self.pos);
+            let mut p = self.pos;
+            let mut chosen: Option<(RowHeader, EntryPos)> = None;
+            visibility::begin_row(reader);
+            while p < self.count {
+                let e = *self.index.add(p);
+                if e.rowid != first.rowid {
+                    break;
+                }
+                if chosen.is_none() {
+                    let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
+                    match RowHeader::decode(value) {
+                        Ok((h, _)) => {
+                            if visibility::creator_visible(&h, reader) {
+                                chosen = Some((h, e));
+                            }
+                        }
+                        Err(err) => crate::error::raise(
+                            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                            format!("pasv: {doing}: bad row header at rowid {}: {err}", e.rowid),
+                            "The table's RocksDB data is damaged; restore from a backup.",
+                        ),
+                    }
+                }
+                p += 1;
+            }
+            if p == self.count && self.more {
+                // The group may continue in the next batch: refetch it whole.
+                if self.pos == 0 {
+                    crate::error::raise(
+                        pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                        format!("pasv: {doing}: rowid {} has more versions than one batch holds", first.rowid),
+                        "Raise pasv.channel_buffer_size (needs a restart).",
+                    );
+                }
+                self.next_start = keys::row_key(first.rowid, u32::MAX);
+                self.count = 0;
+                self.pos = 0;
+                continue;
+            }
+            self.pos = p;
+            if let Some((header, e)) = chosen {
+                if header.is_tombstone() {
+                    continue;
+                }
+                let off = e.value_off as usize + pasv_am::row::HEADER_LEN;
+                return Some(Row {
+                    rowid: first.rowid,
+                    header,
+                    tuple: self.buf.add(off),
+                    tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
+                });
+            }
+        }
+    }
+}
+
+/// The smallest row key greater than `key` (None past the last rowid).
+fn successor(key: &[u8]) -> Option<[u8; ROW_KEY_LEN]> {
+    let (rowid, version) = keys::decode_row_key(key)?;
+    // Versions are stored newest first: the next key down the chain is the
+    // next older version; after version 0 comes the next rowid.
+    if version > 0 {
+        Some(keys::row_key(rowid, version - 1))
+    } else if rowid < keys::MAX_ROWID {
+        Some(keys::row_key(rowid + 1, u32::MAX))
+    } else {
+        None
+    }
+}

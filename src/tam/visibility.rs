@@ -1,0 +1,102 @@
+//! Which version of a row a snapshot sees: PostgreSQL's rules (heapam_visibility.c)
+//! applied to the creator recorded in pasv's row header, decided in the
+//! backend with PostgreSQL's snapshots and CLOG — never RocksDB snapshots.
+//!
+//! The chain rule itself (newest version whose creator is visible decides)
+//! lives in `pasv_am::row`; this module supplies the "is this creator
+//! visible" predicate for each snapshot kind.
+
+use pasv_am::row::RowHeader;
+use pgrx::pg_sys;
+
+/// How a reader decides visibility.
+#[derive(Clone, Copy)]
+pub enum Reader {
+    /// A PostgreSQL snapshot of any kind.
+    Snapshot(pg_sys::Snapshot),
+    /// Index builds: every version whose creator did not abort.
+    BuildLive,
+}
+
+fn xid_of(h: &RowHeader) -> pg_sys::TransactionId {
+    // The low 32 bits of a FullTransactionId are its TransactionId.
+    pg_sys::TransactionId::from(h.xid as u32)
+}
+
+/// Reset what a dirty snapshot reports before resolving a new row.
+///
+/// # Safety
+/// `reader`'s snapshot pointer, if any, must be valid.
+pub unsafe fn begin_row(reader: Reader) {
+    if let Reader::Snapshot(s) = reader {
+        if (*s).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_DIRTY {
+            (*s).xmin = pg_sys::InvalidTransactionId;
+            (*s).xmax = pg_sys::InvalidTransactionId;
+            (*s).speculativeToken = 0;
+        }
+    }
+}
+
+/// Whether the creator of version `h` is visible to `reader`.
+///
+/// # Safety
+/// Must run in a backend inside a transaction; the snapshot must be valid.
+pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
+    if h.is_frozen() {
+        return true;
+    }
+    let xid = xid_of(h);
+    let snapshot = match reader {
+        Reader::BuildLive => {
+            return pg_sys::TransactionIdIsCurrentTransactionId(xid)
+                || pg_sys::TransactionIdIsInProgress(xid)
+                || pg_sys::TransactionIdDidCommit(xid);
+        }
+        Reader::Snapshot(s) => s,
+    };
+    use pg_sys::SnapshotType::*;
+    match (*snapshot).snapshot_type {
+        SNAPSHOT_MVCC => {
+            if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+                // Rows inserted by this command or later are not seen by it.
+                return h.cid < (*snapshot).curcid;
+            }
+            if pg_sys::XidInMVCCSnapshot(xid, snapshot) {
+                return false;
+            }
+            pg_sys::TransactionIdDidCommit(xid)
+        }
+        SNAPSHOT_SELF => {
+            if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+                return true;
+            }
+            if pg_sys::TransactionIdIsInProgress(xid) {
+                return false;
+            }
+            pg_sys::TransactionIdDidCommit(xid)
+        }
+        SNAPSHOT_ANY => true,
+        SNAPSHOT_DIRTY => {
+            if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+                return true;
+            }
+            if pg_sys::TransactionIdIsInProgress(xid) {
+                // Tell the caller (e.g. a unique check) whom to wait for.
+                (*snapshot).xmin = xid;
+                return true;
+            }
+            pg_sys::TransactionIdDidCommit(xid)
+        }
+        SNAPSHOT_TOAST | SNAPSHOT_NON_VACUUMABLE => {
+            // Visible unless its creator aborted.
+            pg_sys::TransactionIdIsCurrentTransactionId(xid)
+                || pg_sys::TransactionIdIsInProgress(xid)
+                || pg_sys::TransactionIdDidCommit(xid)
+        }
+        _ => crate::error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "pasv tables cannot be read with a historic (logical decoding) snapshot",
+            "pasv tables cannot be catalog tables or be read by logical decoding output plugins.",
+        ),
+    }
+}

@@ -1,0 +1,149 @@
+//! Transaction-end work: sending buffered rows before commit, refusing
+//! PREPARE, and the pending CF drops scheduled by DDL, run at commit or abort
+//! of the (sub)transaction that scheduled them.
+//!
+//! Commit and abort callbacks must never ERROR (PostgreSQL would PANIC):
+//! failures there are WARNINGs, and the orphaned CF is left for the sweep.
+
+use crate::{engine_client, error};
+use pasv_am::protocol::CfRef;
+use pgrx::pg_sys;
+use std::cell::{Cell, RefCell};
+
+#[derive(Clone, Copy, Debug)]
+pub enum Action {
+    DropCf(CfRef),
+    DropDatabase(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    Commit,
+    Abort,
+}
+
+struct Pending {
+    action: Action,
+    when: When,
+    nest_level: i32,
+}
+
+thread_local! {
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    static WROTE: Cell<bool> = const { Cell::new(false) };
+}
+
+pub fn schedule(action: Action, when: When) {
+    // SAFETY: plain read of the transaction state.
+    let nest_level = unsafe { pg_sys::GetCurrentTransactionNestLevel() };
+    PENDING.with(|p| p.borrow_mut().push(Pending { action, when, nest_level }));
+}
+
+/// This transaction changed pasv data (PREPARE is refused then).
+pub fn mark_written() {
+    WROTE.with(|w| w.set(true));
+}
+
+/// # Safety
+/// Called once from `_PG_init`.
+pub unsafe fn register() {
+    pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+    pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+}
+
+fn run(action: Action) {
+    let (result, doing) = match action {
+        Action::DropCf(cf) => (engine_client::drop_cf(cf), format!("dropping column family {cf}")),
+        Action::DropDatabase(db) => (engine_client::drop_database(db), format!("dropping the data of database {db}")),
+    };
+    if let Err(e) = result {
+        e.warn(&doing);
+    }
+}
+
+/// Run the actions due at `when` for levels ≥ `level`, and forget every
+/// action of those levels.
+fn finish_levels(level: i32, when: When) {
+    let due: Vec<Action> = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let mut due = Vec::new();
+        p.retain(|x| {
+            if x.nest_level >= level {
+                if x.when == when {
+                    due.push(x.action);
+                }
+                false
+            } else {
+                true
+            }
+        });
+        due
+    });
+    for action in due {
+        run(action);
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => {
+            // Still inside the transaction: an ERROR here aborts it cleanly.
+            if let Err(e) = engine_client::flush_pending() {
+                e.raise("writing buffered rows at commit");
+            }
+        }
+        XACT_EVENT_PRE_PREPARE => {
+            if WROTE.with(|w| w.get()) {
+                error::not_supported(
+                    "PREPARE TRANSACTION",
+                    "Commit or roll back transactions that write pasv tables directly.",
+                );
+            }
+        }
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            finish_levels(0, When::Commit);
+            WROTE.with(|w| w.set(false));
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            engine_client::discard_pending(None);
+            finish_levels(0, When::Abort);
+            WROTE.with(|w| w.set(false));
+        }
+        XACT_EVENT_PREPARE => {
+            PENDING.with(|p| p.borrow_mut().clear());
+            WROTE.with(|w| w.set(false));
+        }
+        _ => {}
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    _my_subid: pg_sys::SubTransactionId,
+    _parent_subid: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::SubXactEvent::*;
+    let level = pg_sys::GetCurrentTransactionNestLevel();
+    match event {
+        SUBXACT_EVENT_ABORT_SUB => {
+            // Buffered rows of the aborting subtransaction are dead anyway.
+            let xid = pg_sys::GetCurrentTransactionIdIfAny();
+            if xid != pg_sys::InvalidTransactionId {
+                engine_client::discard_pending(Some(u32::from(xid)));
+            }
+            finish_levels(level, When::Abort);
+        }
+        SUBXACT_EVENT_COMMIT_SUB => {
+            PENDING.with(|p| {
+                for x in p.borrow_mut().iter_mut().filter(|x| x.nest_level >= level) {
+                    x.nest_level = level - 1;
+                }
+            });
+        }
+        _ => {}
+    }
+}
