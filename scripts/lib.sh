@@ -67,7 +67,7 @@ run_logged() {
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
     if ((SECONDS - start >= next)); then
-      last=$(grep -E '^ *(Compiling|Building|Installing|Copying|Finished|Running|Discovered|Writing)' "$log" | tail -n 1 | sed 's/^ *//' || true)
+      last=$(grep -E '^ *(Compiling|Blocking|Building|Installing|Copying|Finished|Running|Discovered|Writing)' "$log" | tail -n 1 | sed 's/^ *//' || true)
       note "... $(((SECONDS - start) / 60)) min; last: ${last:-(nothing yet)}"
       next=$((next + 60))
     fi

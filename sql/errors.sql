@@ -9,7 +9,10 @@ DELETE FROM e WHERE id = 2;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT * FROM e WHERE id = 1 FOR UPDATE;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- A conflicting row is skipped by the pre-check, as on heap ...
 INSERT INTO e VALUES (1, 'c') ON CONFLICT (id) DO NOTHING;
+-- ... a new one needs speculative insertion, which pasv lacks yet.
+INSERT INTO e VALUES (10, 'c') ON CONFLICT (id) DO NOTHING;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM e TABLESAMPLE SYSTEM (50);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE

@@ -114,6 +114,26 @@ pub fn cf_info(cf: CfRef) -> Result<CfInfo, CallError> {
     })
 }
 
+/// Every table CF the engine has: (db, rel, CF name), and whether the list
+/// was cut short by the channel buffer.
+pub fn list_cfs() -> Result<(Vec<(u32, u32, String)>, bool), CallError> {
+    call(&Request::ListCfs, |r| match r {
+        Response::Entries { more, batch } => Ok((
+            batch
+                .iter()
+                .filter(|(k, _)| k.len() == 8)
+                .map(|(k, v)| {
+                    let db = u32::from_be_bytes([k[0], k[1], k[2], k[3]]);
+                    let rel = u32::from_be_bytes([k[4], k[5], k[6], k[7]]);
+                    (db, rel, String::from_utf8_lossy(v).into_owned())
+                })
+                .collect(),
+            more,
+        )),
+        _ => Err(CallError::Unexpected("ListCfs")),
+    })
+}
+
 pub fn flush_all() -> Result<(), CallError> {
     call(&Request::FlushAll, expect_ok("FlushAll"))
 }
@@ -145,12 +165,6 @@ pub fn scan_into(cf: CfRef, start: &[u8], end: &[u8], max_entries: u32, dest: &m
             Err(e) => Err(CallError::Protocol(e.to_string())),
         },
     )?
-}
-
-/// Write one batch now (no buffering).
-pub fn put_batch(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
-    flush_pending()?;
-    put_batch_raw(cf, batch)
 }
 
 fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
@@ -189,9 +203,8 @@ pub fn buffer_put(cf: CfRef, xid: u32, key: &[u8], value: &[u8]) -> Result<(), C
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = Some((cf, xid));
-        p.batch.push(key, value);
-    });
-    Ok(())
+        p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
+    })
 }
 
 /// Send buffered rows, if any.

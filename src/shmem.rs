@@ -10,6 +10,9 @@ extern "C" {
     static max_prepared_xacts: c_int;
 }
 
+/// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, PG16).
+const ADDIN_SHMEM_INIT_LOCK: usize = 21;
+
 static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
@@ -46,10 +49,12 @@ unsafe extern "C-unwind" fn shmem_startup() {
         prev();
     }
     let layout = layout();
-    pg_sys::LWLockAcquire(pg_sys::AddinShmemInitLock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+    // AddinShmemInitLock is a macro in C: MainLWLockArray[21].
+    let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock;
+    pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(c"pasv channel".as_ptr(), layout.total, &mut found) as *mut u8;
     let chan = if found { Channel::from_raw(base, layout) } else { Channel::init(base, layout) };
-    pg_sys::LWLockRelease(pg_sys::AddinShmemInitLock);
+    pg_sys::LWLockRelease(init_lock);
     client::install(chan);
 }

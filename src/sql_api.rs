@@ -48,3 +48,22 @@ fn flush() {
         e.raise("flushing memtables");
     }
 }
+
+/// Every pasv column family: the database and relfilenumber it stores, and
+/// its RocksDB name (which carries the incarnation).
+#[pg_extern]
+fn column_families() -> TableIterator<
+    'static,
+    (name!(database_oid, pg_sys::Oid), name!(relfilenumber, pg_sys::Oid), name!(cf_name, String)),
+> {
+    let (cfs, truncated) = match engine_client::list_cfs() {
+        Ok(x) => x,
+        Err(e) => e.raise("listing column families"),
+    };
+    if truncated {
+        pgrx::warning!("pasv.column_families(): list truncated to {} entries by the channel buffer", cfs.len());
+    }
+    TableIterator::new(
+        cfs.into_iter().map(|(db, rel, name)| (pg_sys::Oid::from(db), pg_sys::Oid::from(rel), name)),
+    )
+}

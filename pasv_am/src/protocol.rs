@@ -85,6 +85,7 @@ mod op {
     pub const SCAN: u8 = 8;
     pub const CF_INFO: u8 = 9;
     pub const FLUSH_ALL: u8 = 10;
+    pub const LIST_CFS: u8 = 11;
 }
 
 mod tag {
@@ -148,6 +149,10 @@ pub enum Request<'a> {
     CfInfo(CfRef),
     /// Flush every CF's memtable and wait.
     FlushAll,
+    /// Every table CF; answered by [`Response::Entries`] whose keys are
+    /// `db ‖ rel` (u32 big-endian each) and whose values are the CF names.
+    /// `start`/`more` page through the list like a scan.
+    ListCfs,
 }
 
 /// The engine's answer.
@@ -498,6 +503,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         } => (op::SCAN, cf, max_entries),
         Request::CfInfo(cf) => (op::CF_INFO, cf, 0),
         Request::FlushAll => (op::FLUSH_ALL, zero, 0),
+        Request::ListCfs => (op::LIST_CFS, zero, 0),
     };
     let needed = match *request {
         Request::PutBatch { batch, .. } => REQUEST_HEADER_LEN + batch.encoded_len(),
@@ -544,7 +550,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     let cf = CfRef { db, rel };
     // Which header fields the op uses; the others must be zero.
     let (uses_db, uses_rel, uses_arg) = match code {
-        op::PING | op::FLUSH_ALL => (false, false, false),
+        op::PING | op::FLUSH_ALL | op::LIST_CFS => (false, false, false),
         op::DROP_DATABASE => (true, false, false),
         op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO => (true, true, false),
         op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN => (true, true, true),
@@ -583,6 +589,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
             }
         }
         op::CF_INFO => Request::CfInfo(cf),
+        op::LIST_CFS => Request::ListCfs,
         // Only FLUSH_ALL is left: every other code returned above.
         _ => Request::FlushAll,
     })
@@ -895,6 +902,7 @@ mod tests {
             },
             Request::CfInfo(cf()),
             Request::FlushAll,
+            Request::ListCfs,
         ];
         for request in requests {
             let mut buf = vec![0u8; 1024];

@@ -108,6 +108,20 @@ fn execute(
             engine.flush_all()?;
             Response::Ok
         }
+        Request::ListCfs => {
+            let mut writer = ScanWriter::new(response, 0);
+            let mut more = false;
+            for t in engine.list_table_cfs() {
+                let mut key = [0u8; 8];
+                key[..4].copy_from_slice(&t.db.to_be_bytes());
+                key[4..].copy_from_slice(&t.rel.to_be_bytes());
+                if !writer.try_push(&key, t.name().as_bytes()) {
+                    more = true;
+                    break;
+                }
+            }
+            return Ok(writer.finish(more));
+        }
     };
     Ok(encode_response(&answer, response)?)
 }
@@ -212,6 +226,16 @@ mod tests {
         assert!(approx_keys > 0);
 
         assert_ok(&call(&engine, &Request::FlushAll, 64));
+        match decode_response(&call(&engine, &Request::ListCfs, 4096)).unwrap() {
+            Response::Entries { more, batch } => {
+                assert!(!more);
+                assert_eq!(batch.len(), 1);
+                let names: Vec<String> =
+                    batch.iter().map(|(_, v)| String::from_utf8(v.to_vec()).unwrap()).collect();
+                assert!(names.iter().all(|n| crate::cf_name::TableCf::parse(n).is_some()), "{names:?}");
+            }
+            other => panic!("ListCfs answered {other:?}"),
+        }
         assert_ok(&call(&engine, &Request::TruncateCf(T), 64));
         assert_ok(&call(&engine, &Request::DropCf(T), 64));
         assert_ok(&call(&engine, &Request::DropCf(T), 64));

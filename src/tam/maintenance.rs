@@ -18,7 +18,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
 ) {
     let message = format!("pasv does not vacuum tables yet; skipping {}", rel_name(rel));
     let hint = "pasv tables are insert-only for now, so they hold no dead rows to remove.";
-    if pg_sys::IsAutoVacuumWorkerProcess() {
+    if pg_sys::MyBackendType == pg_sys::BackendType::B_AUTOVAC_WORKER {
         pgrx::log!("{message}");
     } else {
         error::warn(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message, hint);
