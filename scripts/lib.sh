@@ -76,7 +76,7 @@ run_logged() {
   wait "$pid" || rc=$?
   if [ "$rc" -ne 0 ]; then
     printf -- '---- last 120 lines of %s ----\n' "$log" >&2
-    tail -n 120 "$log" >&2
+    tail -n 120 "$log" | sed 's/\x1b\[[0-9;]*m//g' >&2
     printf -- '---- end of %s ----\n' "$log" >&2
   fi
   return "$rc"
@@ -192,6 +192,16 @@ build_install() {
   local so=$PG_PKGLIBDIR/pasv.so
   if [ -f "$so" ]; then
     cp -p "$so" "$so.new.$$" && mv -f "$so.new.$$" "$so"
+  fi
+  # Every checkout on a machine shares CARGO_TARGET_DIR (one RocksDB build),
+  # but cargo names the cdylib deps/libpasv.so with no per-checkout hash: after
+  # another checkout (e.g. CI's fresh clone) built there, cargo would call this
+  # checkout's pasv fresh and install the other one's library. Drop it then.
+  local stamp=$CARGO_TARGET_DIR/release/.pasv-checkout
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$PASV_ROOT" ]; then
+    rm -f "$CARGO_TARGET_DIR/release/deps/libpasv.so"
+    mkdir -p "$CARGO_TARGET_DIR/release"
+    printf '%s\n' "$PASV_ROOT" >"$stamp"
   fi
   local t=$SECONDS
   (cd "$PASV_ROOT" && run_logged "$PASV_HOME/log/build.log" cargo pgrx install --release --pg-config "$PG_CONFIG") ||
@@ -337,7 +347,7 @@ stop_cluster() {
 wait_ready() {
   local port=$1 i
   for ((i = 0; i < 120; i++)); do
-    if "$PG_BIN/pg_isready" -q -h "$PASV_RUN" -p "$port"; then
+    if "$PG_BIN/pg_isready" -q -h "$PASV_RUN" -p "$port" -U postgres -d postgres; then
       say "server on port $port accepts connections"
       return 0
     fi
