@@ -29,7 +29,7 @@ bench_start() {
 }
 
 bench_psql() {
-  "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres -d postgres "$@"
+  PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres -d postgres "$@"
 }
 
 machine_line() {
