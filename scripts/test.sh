@@ -24,7 +24,7 @@ FAILED=0
 FAILED_STEPS=()
 TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
-TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload")
+TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -110,9 +110,12 @@ fi
 # ---- 3./4. pg_regress ----------------------------------------------------
 PG_REGRESS=$PG_PKGLIBDIR/pgxs/src/test/regress/pg_regress
 
-# run_regress NAME DATADIR PORT SCHEDULE [--no-preload]
+# run_regress NAME DATADIR PORT SCHEDULE [--no-preload | --engine-broken]
+# --engine-broken: $PGDATA/pasv is a plain file, so the engine cannot open
+# RocksDB; backends must get a clear error rather than wait forever.
 run_regress() {
-  local name=$1 data=$2 port=$3 schedule=$4 flag=${5:-}
+  local name=$1 data=$2 port=$3 schedule=$4 flag=${5:-} init_flag=
+  [ "$flag" = --no-preload ] && init_flag=--no-preload
   local log=$TEST_DIR/$name.log out=$TEST_DIR/out-$name rc p f t=$SECONDS
   if [ ! -f "$schedule" ]; then
     step_failed "pg_regress ($name): no schedule $schedule"
@@ -134,7 +137,11 @@ run_regress() {
       as_pasv touch "$out/expected/$test.out"
     fi
   done
-  init_cluster "$data" "$port" "$flag"
+  init_cluster "$data" "$port" "$init_flag"
+  if [ "$flag" = --engine-broken ]; then
+    as_pasv sh -c "rm -rf '$data/pasv' && echo 'not a directory' > '$data/pasv'"
+    echo "pasv.engine_start_timeout = 10" >>"$data/pasv.conf"
+  fi
   start_cluster "$data" "$log"
   wait_ready "$port"
   say "pg_regress ($name): $schedule against port $port; output in $out"
@@ -178,5 +185,6 @@ else
   else
     run_regress preload "$TEST_DIR/data" "$PASV_TEST_PORT" "$PASV_ROOT/sql/schedule"
     run_regress nopreload "$TEST_DIR/nopreload" "$((PASV_TEST_PORT + 1))" "$PASV_ROOT/sql/schedule_nopreload" --no-preload
+    run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
   fi
 fi

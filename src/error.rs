@@ -47,6 +47,10 @@ impl CallError {
                 ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 "Raise pasv.channel_buffer_size (needs a restart) or store smaller rows.".into(),
             ),
+            CallError::Channel(ChannelError::EngineFailed) => (
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "The server log has the pasv engine's ERROR saying why it could not start; it retries every 5 seconds.".into(),
+            ),
             CallError::Channel(_) => (
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 "Check the server log for the pasv engine's messages; after a crash the postmaster restarts it.".into(),

@@ -49,12 +49,20 @@ fn flush() {
     }
 }
 
-/// Every pasv column family: the database and relfilenumber it stores, and
-/// its RocksDB name (which carries the incarnation).
+/// Every pasv column family: the database and relfilenumber it stores, its
+/// RocksDB name (which carries the incarnation), the next rowid to hand out,
+/// and RocksDB's estimates of its keys and bytes (memtables included).
 #[pg_extern]
 fn column_families() -> TableIterator<
     'static,
-    (name!(database_oid, pg_sys::Oid), name!(relfilenumber, pg_sys::Oid), name!(cf_name, String)),
+    (
+        name!(database_oid, pg_sys::Oid),
+        name!(relfilenumber, pg_sys::Oid),
+        name!(cf_name, String),
+        name!(next_rowid, i64),
+        name!(approx_keys, i64),
+        name!(approx_bytes, i64),
+    ),
 > {
     let (cfs, truncated) = match engine_client::list_cfs() {
         Ok(x) => x,
@@ -63,7 +71,19 @@ fn column_families() -> TableIterator<
     if truncated {
         pgrx::warning!("pasv.column_families(): list truncated to {} entries by the channel buffer", cfs.len());
     }
-    TableIterator::new(
-        cfs.into_iter().map(|(db, rel, name)| (pg_sys::Oid::from(db), pg_sys::Oid::from(rel), name)),
-    )
+    let mut rows = Vec::with_capacity(cfs.len());
+    for (db, rel, name) in cfs {
+        // A CF dropped since the list was taken is simply left out.
+        if let Ok(info) = engine_client::cf_info(pasv_am::protocol::CfRef { db, rel }) {
+            rows.push((
+                pg_sys::Oid::from(db),
+                pg_sys::Oid::from(rel),
+                name,
+                info.next_rowid as i64,
+                info.approx_keys as i64,
+                info.approx_bytes as i64,
+            ));
+        }
+    }
+    TableIterator::new(rows)
 }

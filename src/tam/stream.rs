@@ -42,11 +42,10 @@ pub struct RowStream {
     more: bool,
 }
 
-/// A resolved row: the visible version's header and tuple bytes (inside the
-/// stream's buffer, valid until the next fetch).
+/// A resolved row: the visible version's tuple bytes (inside the stream's
+/// buffer, valid until the next fetch).
 pub struct Row {
     pub rowid: u64,
-    pub header: RowHeader,
     pub tuple: *mut u8,
     pub tuple_len: usize,
 }
@@ -200,7 +199,6 @@ impl RowStream {
                 let off = e.value_off as usize + pasv_am::row::HEADER_LEN;
                 return Some(Row {
                     rowid: first.rowid,
-                    header,
                     tuple: self.buf.add(off),
                     tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
                 });
