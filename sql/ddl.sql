@@ -95,3 +95,17 @@ SELECT count(*) AS old_cf_left FROM pasv.column_families() WHERE relfilenumber =
 SELECT count(*) AS current_cf FROM pasv.column_families() f JOIN pg_class c ON c.relfilenode = f.relfilenumber
  WHERE c.relname = 'rewritten';
 DROP TABLE rewritten;
+
+-- DROP DATABASE removes the column families of its pasv tables.
+\set home_db :DBNAME
+CREATE DATABASE pasv_dropme;
+\c pasv_dropme
+CREATE EXTENSION pasv;
+CREATE TABLE gone1 (a int) USING pasv;
+CREATE TABLE gone2 (a int) USING pasv;
+INSERT INTO gone1 VALUES (1);
+SELECT oid AS dropme_oid FROM pg_database WHERE datname = 'pasv_dropme' \gset
+\c :home_db
+SELECT count(*) AS cfs_before FROM pasv.column_families() WHERE database_oid = :dropme_oid;
+DROP DATABASE pasv_dropme;
+SELECT count(*) AS cfs_after FROM pasv.column_families() WHERE database_oid = :dropme_oid;

@@ -5,6 +5,7 @@
 //! Commit and abort callbacks must never ERROR (PostgreSQL would PANIC):
 //! failures there are WARNINGs, and the orphaned CF is left for the sweep.
 
+use crate::error::CallError;
 use crate::{engine_client, error};
 use pasv_am::protocol::CfRef;
 use pgrx::pg_sys;
@@ -51,13 +52,20 @@ pub unsafe fn register() {
     pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
 }
 
-fn run(action: Action) {
+fn run(action: Action, when: When) {
     let (result, doing) = match action {
         Action::DropCf(cf) => (engine_client::drop_cf(cf), format!("dropping column family {cf}")),
         Action::DropDatabase(db) => (engine_client::drop_database(db), format!("dropping the data of database {db}")),
     };
-    if let Err(e) = result {
-        e.warn(&doing);
+    match result {
+        Ok(()) => {}
+        // At abort an unreachable engine usually means the CF was never
+        // created: the server log is enough. At commit the user dropped
+        // something that now stays behind: tell them.
+        Err(CallError::Channel(e)) if when == When::Abort => {
+            pgrx::log!("pasv: {doing} at abort: {e}; it stays until removed")
+        }
+        Err(e) => e.warn(&doing),
     }
 }
 
@@ -80,7 +88,7 @@ fn finish_levels(level: i32, when: When) {
         due
     });
     for action in due {
-        run(action);
+        run(action, when);
     }
 }
 
