@@ -88,6 +88,19 @@ impl PasvScan {
         }
     }
 
+    /// As `next_into`, clearing the slot at the end (what the executor expects).
+    ///
+    /// # Safety
+    /// As `next_into`.
+    pub unsafe fn next_or_clear(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
+        if self.next_into(slot) {
+            true
+        } else {
+            pg_sys::ExecClearTuple(slot);
+            false
+        }
+    }
+
     /// Exact bitmap pages: whether `rowid`'s offset is among the page's
     /// offsets (both ascend, so a moving cursor suffices).
     unsafe fn bitmap_wants(&mut self, rowid: u64) -> bool {
@@ -189,12 +202,7 @@ pub unsafe extern "C-unwind" fn scan_getnextslot(
             "Fetch forward only, or materialize the result (e.g. a WITH ... MATERIALIZED query) before scrolling.",
         );
     }
-    if s.next_into(slot) {
-        true
-    } else {
-        pg_sys::ExecClearTuple(slot);
-        false
-    }
+    s.next_or_clear(slot)
 }
 
 /// TID range scans: restrict the scan to rowids between two TIDs
@@ -288,10 +296,5 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_tuple(
     slot: *mut pg_sys::TupleTableSlot,
 ) -> bool {
     let s = &mut *(scan as *mut PasvScan);
-    if s.next_into(slot) {
-        true
-    } else {
-        pg_sys::ExecClearTuple(slot);
-        false
-    }
+    s.next_or_clear(slot)
 }
