@@ -15,6 +15,10 @@
 #                     not-preloaded cluster)
 
 PASV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# With RUST_BACKTRACE set, pgrx attaches a Rust backtrace as the DETAIL of
+# PostgreSQL errors that pass through pasv: fine for debugging by hand, but
+# the servers these scripts start must report errors as PostgreSQL does.
+unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 PASV_HOME=${PASV_HOME:-$PASV_ROOT/.pasv}
 case $PASV_HOME in /*) ;; *) PASV_HOME=$PWD/$PASV_HOME ;; esac
 PASV_RUN=$PASV_HOME/run            # unix socket directory of every cluster

@@ -4,7 +4,9 @@
 #   1. unit tests: cargo test --release --workspace
 #   2. the wall: pasv_am never sees PostgreSQL, the extension never sees RocksDB
 #   3. pg_regress (sql/schedule) on a fresh cluster with pasv preloaded
-#   4. pg_regress (sql/schedule_nopreload) on a fresh cluster without it
+#   4. pg_regress (sql/schedule_nopreload) on a fresh cluster without it, and
+#      (sql/schedule_engine_down) on one whose engine cannot open RocksDB
+#   5. the pgbench invariant (tests/pgbench_invariant.sh) on a fresh cluster
 # The last line is `tests: N passed, M failed` (cargo unit tests + pg_regress
 # tests; a step that fails without a test count, e.g. a build error or a broken
 # wall, counts as one failure). Exits non-zero if M > 0.
@@ -24,7 +26,7 @@ FAILED=0
 FAILED_STEPS=()
 TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
-TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown")
+TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -172,6 +174,27 @@ run_regress() {
   say "pg_regress ($name): $p passed, $f failed ($((SECONDS - t)) s)"
 }
 
+# run_pgbench_invariant DATADIR PORT: tests/pgbench_invariant.sh on a fresh
+# cluster (pgbench -i -s 10, then 8 clients for PASV_PGBENCH_SECONDS, 60 by default).
+run_pgbench_invariant() {
+  local data=$1 port=$2 log=$TEST_DIR/pgbench.log t=$SECONDS
+  init_cluster "$data" "$port"
+  echo "max_connections = 50" >>"$data/pasv.conf"
+  start_cluster "$data" "$log"
+  wait_ready "$port"
+  say "pgbench invariant on port $port (scale 10, 8 clients, ${PASV_PGBENCH_SECONDS:-60} s)"
+  if as_pasv "$PASV_ROOT/tests/pgbench_invariant.sh" "$PG_BIN" "$PASV_RUN" "$port" 10 8 "${PASV_PGBENCH_SECONDS:-60}"; then
+    PASSED=$((PASSED + 1))
+    say "pgbench invariant: passed ($((SECONDS - t)) s)"
+  else
+    FAILED=$((FAILED + 1))
+    printf -- '---- server log %s (last 60 lines) ----\n' "$log"
+    tail -n 60 "$log"
+    say "pgbench invariant: FAILED ($((SECONDS - t)) s)"
+  fi
+  stop_cluster "$data"
+}
+
 if [ ! -x "$PG_REGRESS" ]; then
   step_failed "pg_regress not found at $PG_REGRESS"
 else
@@ -186,5 +209,6 @@ else
     run_regress preload "$TEST_DIR/data" "$PASV_TEST_PORT" "$PASV_ROOT/sql/schedule"
     run_regress nopreload "$TEST_DIR/nopreload" "$((PASV_TEST_PORT + 1))" "$PASV_ROOT/sql/schedule_nopreload" --no-preload
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
+    run_pgbench_invariant "$TEST_DIR/pgbench" "$((PASV_TEST_PORT + 3))"
   fi
 fi

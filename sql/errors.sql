@@ -3,12 +3,6 @@
 CREATE TABLE e (id int PRIMARY KEY, v text) USING pasv;
 INSERT INTO e VALUES (1, 'a'), (2, 'b');
 
-UPDATE e SET v = 'z' WHERE id = 1;
-\echo SQLSTATE :LAST_ERROR_SQLSTATE
-DELETE FROM e WHERE id = 2;
-\echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM e WHERE id = 1 FOR UPDATE;
-\echo SQLSTATE :LAST_ERROR_SQLSTATE
 -- A conflicting row is skipped by the pre-check, as on heap ...
 INSERT INTO e VALUES (1, 'c') ON CONFLICT (id) DO NOTHING;
 -- ... a new one needs speculative insertion, which pasv lacks yet.

@@ -11,7 +11,7 @@
 
 use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
-use pasv_am::protocol::{self, BatchBuilder, CfRef, Request, Response};
+use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Request, Response};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -181,6 +181,33 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
             Err(e) => Err(CallError::Protocol(e.to_string())),
         },
     )?
+}
+
+/// Write one batch now (flushing buffered rows first), atomically.
+pub fn put_batch_now(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+    flush_pending()?;
+    put_batch_raw(cf, batch)
+}
+
+/// Answer to a row-lock request.
+pub struct LockOutcome {
+    pub granted: bool,
+    pub already_held: bool,
+    pub holder: u32,
+}
+
+/// Try to take a row lock for top-level transaction `xid`; `evict` names a
+/// transaction known to have ended whose holdings on this row are stale.
+pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32) -> Result<LockOutcome, CallError> {
+    call(&Request::LockRow { cf, rowid, xid, mode, evict }, |r| match r {
+        Response::Lock { granted, already_held, holder } => Ok(LockOutcome { granted, already_held, holder }),
+        _ => Err(CallError::Unexpected("LockRow")),
+    })
+}
+
+/// Release every row lock of transaction `xid`.
+pub fn release_locks(xid: u32) -> Result<(), CallError> {
+    raw_call(&Request::ReleaseLocks { xid }, expect_ok("ReleaseLocks"))
 }
 
 /// Conservative encoded size of one entry (see `pasv_am::protocol`).

@@ -32,6 +32,24 @@ struct Pending {
 thread_local! {
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
     static WROTE: Cell<bool> = const { Cell::new(false) };
+    /// The top-level xid holding engine row locks, if any.
+    static LOCKS_OF: Cell<u32> = const { Cell::new(0) };
+}
+
+/// This transaction (top-level `xid`) may hold engine row locks.
+pub fn mark_locks_held(xid: u32) {
+    LOCKS_OF.with(|l| l.set(xid));
+}
+
+/// Release this transaction's row locks (at its end; never ERRORs). A failed
+/// release is healed by the next locker, which evicts holders that ended.
+fn release_row_locks() {
+    let xid = LOCKS_OF.with(|l| l.replace(0));
+    if xid != 0 {
+        if let Err(e) = engine_client::release_locks(xid) {
+            pgrx::log!("pasv: releasing the row locks of transaction {xid}: {e}");
+        }
+    }
 }
 
 pub fn schedule(action: Action, when: When) {
@@ -111,11 +129,13 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            release_row_locks();
             finish_levels(0, When::Commit);
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             engine_client::discard_pending(None);
+            release_row_locks();
             finish_levels(0, When::Abort);
             WROTE.with(|w| w.set(false));
         }

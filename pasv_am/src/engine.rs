@@ -22,6 +22,12 @@
 //!   allocated but never written may be handed out again after a restart.
 //! * DDL (create, drop, truncate, the incarnation counter) is serialised by one
 //!   mutex; the table map's `RwLock` is held only to look up, insert or remove.
+//! * Row locks ([`crate::row_locks`]) live in memory only, behind their own
+//!   mutex, which is a leaf: nothing else is locked while it is held. They are
+//!   keyed by `(db, rel)`, not by incarnation, so every DDL that removes a CF
+//!   (drop, truncate, drop database) or creates one (a new table has no rows)
+//!   forgets the locks on that `(db, rel)`: its rowids are about to mean other
+//!   rows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -37,7 +43,10 @@ use thiserror::Error;
 
 use crate::cf_name::{TableCf, META_CF};
 use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
-use crate::protocol::{CfRef, EntryBatch, ErrorCode, ProtocolError, ScanWriter};
+use crate::protocol::{CfRef, EntryBatch, ErrorCode, LockMode, ProtocolError, ScanWriter};
+use crate::row_locks::RowLockTable;
+
+pub use crate::row_locks::LockOutcome;
 
 type Db = DBWithThreadMode<MultiThreaded>;
 
@@ -158,6 +167,7 @@ pub struct Engine {
     db: Db,
     tables: RwLock<HashMap<CfRef, Arc<TableEntry>>>,
     ddl: Mutex<Ddl>,
+    row_locks: Mutex<RowLockTable>,
     write_options: WriteOptions,
     cf_options: Options,
     _block_cache: Cache,
@@ -260,6 +270,7 @@ impl Engine {
             db,
             tables: RwLock::new(tables),
             ddl: Mutex::new(Ddl { next_incarnation }),
+            row_locks: Mutex::new(RowLockTable::new()),
             write_options,
             cf_options: options,
             _block_cache: block_cache,
@@ -278,6 +289,9 @@ impl Engine {
         let entry = self.create_incarnation(&mut ddl, cf)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
+        // A new table has no rows: any lock on (db, rel) is from a past life
+        // (e.g. taken while it had no CF).
+        self.row_locks().forget_cf(cf);
         Ok(created)
     }
 
@@ -286,7 +300,11 @@ impl Engine {
         let _ddl = self.lock_ddl();
         match self.lookup(cf) {
             Some(entry) => self.drop_table(cf, &entry),
-            None => Ok(()),
+            // Locks may have been taken on a table that has no CF.
+            None => {
+                self.row_locks().forget_cf(cf);
+                Ok(())
+            }
         }
     }
 
@@ -302,6 +320,8 @@ impl Engine {
         for (key, entry) in &victims {
             self.drop_table(*key, entry)?;
         }
+        // Also the locks on tables of db that have no CF.
+        self.row_locks().forget_database(db);
         Ok(victims.len())
     }
 
@@ -316,6 +336,8 @@ impl Engine {
         let entry = self.create_incarnation(&mut ddl, cf)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
+        // Rowids restart at 0 from now on; even if dropping the old CF fails.
+        self.row_locks().forget_cf(cf);
         self.db
             .drop_cf(&old.name)
             .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
@@ -354,15 +376,22 @@ impl Engine {
                     )))
                 }
             };
-            max_rowid = max_rowid.max(Some(rowid));
-            write.put_cf(&handle, key, value);
+            if value.is_empty() {
+                // An empty value deletes the key (see protocol::Request::PutBatch).
+                write.delete_cf(&handle, key);
+            } else {
+                max_rowid = max_rowid.max(Some(rowid));
+                write.put_cf(&handle, key, value);
+            }
         }
-        let Some(max_rowid) = max_rowid else {
+        if batch.is_empty() {
             return Ok(());
-        };
+        }
         // Raised before the write, so no allocation can hand out a rowid that
         // is already visible in the CF (replay writes rows nobody allocated).
-        entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
+        if let Some(max_rowid) = max_rowid {
+            entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
+        }
         self.db
             .write_opt(write, &self.write_options)
             .map_err(rocks_with(|| {
@@ -470,6 +499,33 @@ impl Engine {
         self.lookup(cf).map(|entry| entry.cf)
     }
 
+    // --- row locks (memory only, DESIGN §3) --------------------------------------
+
+    /// Asks for a row lock for top-level transaction `xid` (never 0). Refused:
+    /// `holder` names a conflicting transaction to wait for. `evict` (0: none)
+    /// is a transaction known to have ended whose holdings on this row are
+    /// removed first. The CF need not exist. See [`crate::row_locks`].
+    pub fn lock_row(
+        &self,
+        cf: CfRef,
+        rowid: u64,
+        xid: u32,
+        mode: LockMode,
+        evict: u32,
+    ) -> LockOutcome {
+        self.row_locks().lock(cf, rowid, xid, mode, evict)
+    }
+
+    /// Drops every row lock `xid` holds; returns how many rows it held.
+    pub fn release_locks(&self, xid: u32) -> usize {
+        self.row_locks().release(xid)
+    }
+
+    /// Rows with at least one lock holder (diagnostics, tests).
+    pub fn lock_count(&self) -> usize {
+        self.row_locks().locked_rows()
+    }
+
     // --- internals -----------------------------------------------------------
 
     fn lookup(&self, cf: CfRef) -> Option<Arc<TableEntry>> {
@@ -526,7 +582,8 @@ impl Engine {
         }))
     }
 
-    /// Drops `entry`'s CF, then forgets it. The caller holds the DDL lock.
+    /// Drops `entry`'s CF, then forgets it and the locks on it. The caller
+    /// holds the DDL lock.
     fn drop_table(&self, cf: CfRef, entry: &TableEntry) -> Result<(), EngineError> {
         // A handle already gone means an earlier attempt got as far as
         // RocksDB's drop: only our map entry is left.
@@ -535,13 +592,16 @@ impl Engine {
                 .drop_cf(&entry.name)
                 .map_err(rocks_with(|| format!("drop column family {}", entry.name)))?;
         }
-        let mut tables = self.tables_mut();
-        if tables
-            .get(&cf)
-            .is_some_and(|current| current.cf == entry.cf)
         {
-            tables.remove(&cf);
+            let mut tables = self.tables_mut();
+            if tables
+                .get(&cf)
+                .is_some_and(|current| current.cf == entry.cf)
+            {
+                tables.remove(&cf);
+            }
         }
+        self.row_locks().forget_cf(cf);
         Ok(())
     }
 
@@ -565,6 +625,15 @@ impl Engine {
     // never ahead of what is persisted: poisoning is ignored here too.
     fn lock_ddl(&self) -> MutexGuard<'_, Ddl> {
         self.ddl.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    // The lock table's operations leave it consistent, or with only the index
+    // over-approximation it tolerates, at every step (row_locks invariants):
+    // poisoning is ignored.
+    fn row_locks(&self) -> MutexGuard<'_, RowLockTable> {
+        self.row_locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -781,6 +850,29 @@ mod tests {
         assert_eq!(rowids_of(&rows), (10..20).collect::<Vec<_>>());
         let (rows, _) = scan_all(&engine, T, &hi, &lo, 1 << 20, 0);
         assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn empty_value_deletes_in_the_same_batch() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..3);
+        // One batch: a new version of row 1 and the removal of rows 0 and 2.
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 7), &value(1, 3)).unwrap();
+        batch.push(&row_key(0, 0), &[]).unwrap();
+        batch.push(&row_key(2, 0), &[]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let (rows, _) = scan_all(&engine, T, &start, &end, 1 << 20, 0);
+        let keys: Vec<_> = rows.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+        assert_eq!(keys, vec![(1, 7), (1, 0)]);
+        // Deleting a missing key is not an error; next_rowid ignores deletes.
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(900, 0), &[]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 3);
     }
 
     #[test]
@@ -1073,6 +1165,116 @@ mod tests {
             "{names:?}"
         );
         assert!(names.contains(&"unrelated".to_owned()));
+    }
+
+    #[test]
+    fn row_locks_through_the_engine() {
+        use LockMode::{Exclusive, Shared};
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        // Locks are about rowids: the table need not have a CF.
+        let ghost = CfRef { db: 9, rel: 9 };
+        assert!(engine.lock_row(ghost, 1, 100, Exclusive, 0).granted);
+        engine.create_cf(T).unwrap();
+        let granted = LockOutcome {
+            granted: true,
+            already_held: false,
+            holder: 0,
+        };
+        assert_eq!(engine.lock_row(T, 1, 100, Shared, 0), granted);
+        assert_eq!(engine.lock_row(T, 1, 101, Shared, 0), granted);
+        assert_eq!(
+            engine.lock_row(T, 1, 100, Exclusive, 0),
+            LockOutcome {
+                granted: false,
+                already_held: false,
+                holder: 101
+            }
+        );
+        assert_eq!(engine.lock_row(T, 1, 100, Exclusive, 101), granted);
+        assert!(engine.lock_row(T, 1, 100, Shared, 0).already_held);
+        assert_eq!(engine.lock_count(), 2);
+        assert_eq!(engine.release_locks(100), 2);
+        assert_eq!(engine.release_locks(101), 0, "evicted");
+        assert_eq!(engine.lock_count(), 0);
+    }
+
+    #[test]
+    fn ddl_forgets_the_locks_of_the_cfs_it_removes() {
+        use LockMode::Exclusive;
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let sibling = CfRef { db: 5, rel: 1 };
+        let other_db = CfRef { db: 6, rel: 16384 };
+        for cf in [T, sibling, other_db] {
+            engine.create_cf(cf).unwrap();
+            for rowid in [0, 1] {
+                assert!(engine.lock_row(cf, rowid, 100, Exclusive, 0).granted);
+            }
+        }
+        assert_eq!(engine.lock_count(), 6);
+
+        engine.drop_cf(T).unwrap();
+        assert_eq!(engine.lock_count(), 4);
+        assert!(
+            engine.lock_row(T, 0, 101, Exclusive, 0).granted,
+            "old holder forgotten"
+        );
+        // Dropping a table without a CF still forgets its locks.
+        engine.drop_cf(T).unwrap();
+        assert_eq!(engine.lock_count(), 4);
+        assert!(engine.lock_row(T, 0, 101, Exclusive, 0).granted);
+        engine.create_cf(T).unwrap();
+        assert_eq!(engine.lock_count(), 4, "a new table starts without locks");
+
+        assert!(engine.lock_row(T, 5, 100, Exclusive, 0).granted);
+        engine.truncate_cf(T).unwrap();
+        assert_eq!(engine.lock_count(), 4);
+        assert!(engine.lock_row(T, 5, 101, Exclusive, 0).granted);
+
+        assert!(
+            engine
+                .lock_row(CfRef { db: 5, rel: 77 }, 0, 101, Exclusive, 0)
+                .granted
+        );
+        engine.drop_database(5).unwrap();
+        assert_eq!(engine.lock_count(), 2);
+        assert!(engine.lock_row(other_db, 0, 101, Exclusive, 0).holder == 100);
+        assert_eq!(engine.release_locks(101), 0);
+        assert_eq!(engine.release_locks(100), 2);
+        assert_eq!(engine.lock_count(), 0);
+    }
+
+    #[test]
+    fn concurrent_exclusive_requests_grant_exactly_one() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let engine = &engine;
+        let start = std::sync::Barrier::new(8);
+        let start = &start;
+        let outcomes: Vec<(u32, LockOutcome)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..8u32)
+                .map(|i| {
+                    s.spawn(move || {
+                        let xid = 1000 + i;
+                        start.wait();
+                        (xid, engine.lock_row(T, 7, xid, LockMode::Exclusive, 0))
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let winners: Vec<u32> = outcomes
+            .iter()
+            .filter(|(_, o)| o.granted)
+            .map(|&(xid, _)| xid)
+            .collect();
+        assert_eq!(winners.len(), 1, "{outcomes:?}");
+        for (_, o) in outcomes.iter().filter(|(_, o)| !o.granted) {
+            assert_eq!(o.holder, winners[0]);
+        }
+        assert_eq!(engine.release_locks(winners[0]), 1);
+        assert_eq!(engine.lock_count(), 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! * [`row`] — the MVCC header in front of every tuple and the chain rule.
 //! * [`protocol`] — the backend ⇄ engine wire format (both sides link it).
 //! * [`engine`] — the RocksDB instance (engine worker only).
+//! * [`row_locks`] — the in-memory row lock table the engine serves.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 
 pub mod cf_name;
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod keys;
 pub mod protocol;
 pub mod row;
+pub mod row_locks;
 pub mod server;
 
 /// What the extension's `pasv_version()` reports (kept as the scaffold had it).

@@ -17,23 +17,24 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=10 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=13 in declaration order) |
 //! | 1..4 | zero |
-//! | 4..8 | db (u32), zero for `Ping`, `FlushAll` |
+//! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), else zero |
 //!
 //! then, for `PutBatch`, `count` entries; for `Scan`, `start_len` u16 ‖
-//! `end_len` u16 ‖ 4 zero bytes ‖ start ‖ end.
+//! `end_len` u16 ‖ 4 zero bytes ‖ start ‖ end; for `LockRow`, rowid u64 ‖
+//! evict u32 ‖ mode u8 ([`LockMode`]) ‖ 3 zero bytes.
 //!
 //! Response header, [`RESPONSE_HEADER_LEN`] = 8 bytes:
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | tag ([`Response`] variant, 1..=5 in declaration order) |
-//! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, else zero |
+//! | 0 | tag ([`Response`] variant, 1..=6 in declaration order) |
+//! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, flags of `Lock` (bit 0 `granted`, bit 1 `already_held`, others zero), else zero |
 //! | 2..4 | zero |
-//! | 4..8 | entry count of `Entries`, message length of `Error`, else zero |
+//! | 4..8 | entry count of `Entries`, message length of `Error`, `holder` of `Lock`, else zero |
 //!
 //! then `Rowids`: first (u64); `Entries`: the entries; `CfInfo`: next_rowid,
 //! approx_keys, approx_bytes (u64 each); `Error`: the UTF-8 message.
@@ -66,6 +67,8 @@ pub const MIN_RESPONSE_LEN: usize = RESPONSE_HEADER_LEN;
 
 /// Scan request: start_len u16 ‖ end_len u16 ‖ 4 zero bytes.
 const SCAN_BOUNDS_LEN: usize = 8;
+/// LockRow request: rowid u64 ‖ evict u32 ‖ mode u8 ‖ 3 zero bytes.
+const LOCK_ROW_BODY_LEN: usize = 16;
 /// Length of the row keys [`max_entry_payload`] is computed for.
 const PAYLOAD_KEY_LEN: usize = crate::keys::ROW_KEY_LEN;
 
@@ -73,6 +76,7 @@ const _: () = assert!(REQUEST_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(RESPONSE_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(ENTRY_HEADER_LEN.is_multiple_of(ALIGN));
 const _: () = assert!(SCAN_BOUNDS_LEN.is_multiple_of(ALIGN));
+const _: () = assert!(LOCK_ROW_BODY_LEN.is_multiple_of(ALIGN));
 
 mod op {
     pub const PING: u8 = 1;
@@ -86,6 +90,8 @@ mod op {
     pub const CF_INFO: u8 = 9;
     pub const FLUSH_ALL: u8 = 10;
     pub const LIST_CFS: u8 = 11;
+    pub const LOCK_ROW: u8 = 12;
+    pub const RELEASE_LOCKS: u8 = 13;
 }
 
 mod tag {
@@ -94,6 +100,14 @@ mod tag {
     pub const ENTRIES: u8 = 3;
     pub const CF_INFO: u8 = 4;
     pub const ERROR: u8 = 5;
+    pub const LOCK: u8 = 6;
+}
+
+/// Flag bits of a `Lock` response's byte 1.
+mod lock_flag {
+    pub const GRANTED: u8 = 1;
+    pub const ALREADY_HELD: u8 = 2;
+    pub const ALL: u8 = GRANTED | ALREADY_HELD;
 }
 
 /// A table as the backend names it. The engine maps it to the CF of the
@@ -109,6 +123,27 @@ pub struct CfRef {
 impl fmt::Display for CfRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.db, self.rel)
+    }
+}
+
+/// Strength of a row lock (DESIGN §3). A holder of a mode also holds every
+/// weaker one, hence the order.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockMode {
+    /// FOR SHARE / FOR KEY SHARE: compatible with other sharers.
+    Shared = 1,
+    /// UPDATE, DELETE, FOR UPDATE / FOR NO KEY UPDATE: compatible with nothing.
+    Exclusive = 2,
+}
+
+impl LockMode {
+    pub fn from_u8(byte: u8) -> Option<LockMode> {
+        match byte {
+            1 => Some(LockMode::Shared),
+            2 => Some(LockMode::Exclusive),
+            _ => None,
+        }
     }
 }
 
@@ -132,7 +167,10 @@ pub enum Request<'a> {
         cf: CfRef,
         count: u32,
     },
-    /// Write the entries atomically (one WriteBatch, RocksDB WAL off).
+    /// Write the entries atomically (one WriteBatch, RocksDB WAL off). An
+    /// entry with an empty value deletes its key (row values are never
+    /// empty: the row header alone is 24 bytes), so a version chain's new
+    /// head and the pruning of its dead versions are one atomic write.
     PutBatch {
         cf: CfRef,
         batch: EntryBatch<'a>,
@@ -153,6 +191,22 @@ pub enum Request<'a> {
     /// `db ‖ rel` (u32 big-endian each) and whose values are the CF names.
     /// `start`/`more` page through the list like a scan.
     ListCfs,
+    /// Take a row lock for top-level transaction `xid`; answered by
+    /// [`Response::Lock`]. `evict` (0: none) names a transaction known to
+    /// have ended whose holdings on this row are removed first. The CF need
+    /// not exist: locks are about rowids.
+    LockRow {
+        cf: CfRef,
+        rowid: u64,
+        xid: u32,
+        mode: LockMode,
+        evict: u32,
+    },
+    /// Drop every row lock `xid` holds (its transaction ended); answered by
+    /// [`Response::Ok`].
+    ReleaseLocks {
+        xid: u32,
+    },
 }
 
 /// The engine's answer.
@@ -176,6 +230,13 @@ pub enum Response<'a> {
     Error {
         code: ErrorCode,
         message: &'a str,
+    },
+    /// Answer to `LockRow`. Not granted: `holder` is a transaction whose lock
+    /// conflicts; wait for it to end, then ask again with `evict = holder`.
+    Lock {
+        granted: bool,
+        already_held: bool,
+        holder: u32,
     },
 }
 
@@ -232,6 +293,10 @@ pub enum ProtocolError {
     TooManyEntries,
     #[error("error message is not UTF-8")]
     BadUtf8,
+    #[error("unknown row lock mode {0}")]
+    UnknownLockMode(u8),
+    #[error("transaction id 0 (InvalidTransactionId) cannot hold row locks")]
+    ZeroXid,
 }
 
 impl ProtocolError {
@@ -504,7 +569,16 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::CfInfo(cf) => (op::CF_INFO, cf, 0),
         Request::FlushAll => (op::FLUSH_ALL, zero, 0),
         Request::ListCfs => (op::LIST_CFS, zero, 0),
+        Request::LockRow { cf, xid, .. } => (op::LOCK_ROW, cf, xid),
+        Request::ReleaseLocks { xid } => (op::RELEASE_LOCKS, zero, xid),
     };
+    if matches!(
+        request,
+        Request::LockRow { .. } | Request::ReleaseLocks { .. }
+    ) && arg == 0
+    {
+        return Err(ProtocolError::ZeroXid);
+    }
     let needed = match *request {
         Request::PutBatch { batch, .. } => REQUEST_HEADER_LEN + batch.encoded_len(),
         Request::Scan { start, end, .. } => {
@@ -515,6 +589,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
             }
             REQUEST_HEADER_LEN + SCAN_BOUNDS_LEN + start.len() + end.len()
         }
+        Request::LockRow { .. } => REQUEST_HEADER_LEN + LOCK_ROW_BODY_LEN,
         _ => REQUEST_HEADER_LEN,
     };
     let out = fit(out, needed)?;
@@ -533,6 +608,14 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
             let (s, e) = body[SCAN_BOUNDS_LEN..].split_at_mut(start.len());
             s.copy_from_slice(start);
             e.copy_from_slice(end);
+        }
+        Request::LockRow {
+            rowid, mode, evict, ..
+        } => {
+            body.fill(0);
+            body[0..8].copy_from_slice(&rowid.to_le_bytes());
+            body[8..12].copy_from_slice(&evict.to_le_bytes());
+            body[12] = mode as u8;
         }
         _ => {}
     }
@@ -553,13 +636,17 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::PING | op::FLUSH_ALL | op::LIST_CFS => (false, false, false),
         op::DROP_DATABASE => (true, false, false),
         op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO => (true, true, false),
-        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN => (true, true, true),
+        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW => (true, true, true),
+        op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
     };
     for (used, range) in [(uses_db, 4..8), (uses_rel, 8..12), (uses_arg, 12..16)] {
         if !used {
             check_zero(buf, range, 0)?;
         }
+    }
+    if matches!(code, op::LOCK_ROW | op::RELEASE_LOCKS) && arg == 0 {
+        return Err(ProtocolError::ZeroXid);
     }
     let body = &buf[REQUEST_HEADER_LEN..];
     Ok(match code {
@@ -590,6 +677,22 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         }
         op::CF_INFO => Request::CfInfo(cf),
         op::LIST_CFS => Request::ListCfs,
+        op::LOCK_ROW => {
+            let base = REQUEST_HEADER_LEN;
+            let rowid = read_u64(body, 0, base)?;
+            let evict = read_u32(body, 8, base)?;
+            let mode_byte = field::<1>(body, 12, base)?[0];
+            check_zero(body, 13..LOCK_ROW_BODY_LEN, base)?;
+            Request::LockRow {
+                cf,
+                rowid,
+                xid: arg,
+                mode: LockMode::from_u8(mode_byte)
+                    .ok_or(ProtocolError::UnknownLockMode(mode_byte))?,
+                evict,
+            }
+        }
+        op::RELEASE_LOCKS => Request::ReleaseLocks { xid: arg },
         // Only FLUSH_ALL is left: every other code returned above.
         _ => Request::FlushAll,
     })
@@ -609,6 +712,7 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             Response::Entries { batch, .. } => batch.encoded_len(),
             Response::CfInfo { .. } => 24,
             Response::Error { message, .. } => message.len(),
+            Response::Lock { .. } => 0,
         };
     if let Response::Error { message, .. } = *response {
         if message.len() > u32::MAX as usize {
@@ -641,6 +745,22 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
         Response::Error { code, message } => {
             body.copy_from_slice(message.as_bytes());
             write_error_header(out, code, message.len());
+        }
+        Response::Lock {
+            granted,
+            already_held,
+            holder,
+        } => {
+            let mut flags = 0;
+            if granted {
+                flags |= lock_flag::GRANTED;
+            }
+            if already_held {
+                flags |= lock_flag::ALREADY_HELD;
+            }
+            out[0] = tag::LOCK;
+            out[1] = flags;
+            out[4..8].copy_from_slice(&holder.to_le_bytes());
         }
     }
     Ok(needed)
@@ -686,6 +806,11 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
     match code {
         tag::OK | tag::ROWIDS | tag::CF_INFO => check_zero(buf, 1..8, 0)?,
         tag::ENTRIES | tag::ERROR => {}
+        tag::LOCK => {
+            if buf[1] & !lock_flag::ALL != 0 {
+                return Err(ProtocolError::NotZero { offset: 1 });
+            }
+        }
         other => return Err(ProtocolError::UnknownTag(other)),
     }
     Ok(match code {
@@ -710,6 +835,11 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
                 batch: EntryBatch::parse(count, body, base)?,
             }
         }
+        tag::LOCK => Response::Lock {
+            granted: buf[1] & lock_flag::GRANTED != 0,
+            already_held: buf[1] & lock_flag::ALREADY_HELD != 0,
+            holder: read_u32(buf, 4, 0)?,
+        },
         // Only ERROR is left.
         _ => {
             let code = ErrorCode::from_u8(buf[1]).ok_or(ProtocolError::UnknownErrorCode(buf[1]))?;
@@ -903,6 +1033,24 @@ mod tests {
             Request::CfInfo(cf()),
             Request::FlushAll,
             Request::ListCfs,
+            Request::LockRow {
+                cf: cf(),
+                rowid: 290,
+                xid: 1234,
+                mode: LockMode::Shared,
+                evict: 0,
+            },
+            Request::LockRow {
+                cf: CfRef {
+                    db: u32::MAX,
+                    rel: u32::MAX,
+                },
+                rowid: u64::MAX,
+                xid: u32::MAX,
+                mode: LockMode::Exclusive,
+                evict: u32::MAX - 1,
+            },
+            Request::ReleaseLocks { xid: 3 },
         ];
         for request in requests {
             let mut buf = vec![0u8; 1024];
@@ -1026,6 +1174,21 @@ mod tests {
             Response::Error {
                 code: ErrorCode::Other,
                 message: "",
+            },
+            Response::Lock {
+                granted: true,
+                already_held: false,
+                holder: 0,
+            },
+            Response::Lock {
+                granted: true,
+                already_held: true,
+                holder: 0,
+            },
+            Response::Lock {
+                granted: false,
+                already_held: false,
+                holder: u32::MAX,
             },
         ];
         for response in responses {
@@ -1186,6 +1349,86 @@ mod tests {
     }
 
     #[test]
+    fn lock_messages_are_strict() {
+        let lock = Request::LockRow {
+            cf: cf(),
+            rowid: 7,
+            xid: 10,
+            mode: LockMode::Exclusive,
+            evict: 9,
+        };
+        let mut buf = [0u8; 64];
+        let len = encode_request(&lock, &mut buf).unwrap();
+        assert_eq!(len, REQUEST_HEADER_LEN + LOCK_ROW_BODY_LEN);
+        assert_eq!(buf[REQUEST_HEADER_LEN + 12], 2, "mode byte");
+
+        for bad_mode in [0u8, 3, 0xFF] {
+            let mut m = buf;
+            m[REQUEST_HEADER_LEN + 12] = bad_mode;
+            assert_eq!(
+                decode_request(&m[..len]),
+                Err(ProtocolError::UnknownLockMode(bad_mode))
+            );
+        }
+        for pad in 13..16 {
+            let mut m = buf;
+            m[REQUEST_HEADER_LEN + pad] = 1;
+            assert_eq!(
+                decode_request(&m[..len]),
+                Err(ProtocolError::NotZero {
+                    offset: REQUEST_HEADER_LEN + pad
+                })
+            );
+        }
+        // xid 0 is InvalidTransactionId: neither side accepts it.
+        let mut m = buf;
+        m[12..16].fill(0);
+        assert_eq!(decode_request(&m[..len]), Err(ProtocolError::ZeroXid));
+        assert_eq!(ProtocolError::ZeroXid.code(), ErrorCode::BadRequest);
+        let zero = Request::LockRow {
+            cf: cf(),
+            rowid: 7,
+            xid: 0,
+            mode: LockMode::Shared,
+            evict: 0,
+        };
+        assert_eq!(encode_request(&zero, &mut buf), Err(ProtocolError::ZeroXid));
+        assert_eq!(
+            encode_request(&Request::ReleaseLocks { xid: 0 }, &mut buf),
+            Err(ProtocolError::ZeroXid)
+        );
+
+        // ReleaseLocks names no CF.
+        let len = encode_request(&Request::ReleaseLocks { xid: 5 }, &mut buf).unwrap();
+        assert_eq!(len, REQUEST_HEADER_LEN);
+        buf[4] = 1;
+        assert_eq!(
+            decode_request(&buf[..len]),
+            Err(ProtocolError::NotZero { offset: 4 })
+        );
+
+        // Unknown flag bits of a Lock answer.
+        let mut resp = [0u8; 8];
+        let len = encode_response(
+            &Response::Lock {
+                granted: false,
+                already_held: false,
+                holder: 77,
+            },
+            &mut resp,
+        )
+        .unwrap();
+        assert_eq!(len, RESPONSE_HEADER_LEN);
+        resp[1] = 4;
+        assert_eq!(
+            decode_response(&resp),
+            Err(ProtocolError::NotZero { offset: 1 })
+        );
+        assert_eq!(LockMode::from_u8(1), Some(LockMode::Shared));
+        assert!(LockMode::Shared < LockMode::Exclusive);
+    }
+
+    #[test]
     fn random_bytes_never_panic() {
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
@@ -1203,7 +1446,7 @@ mod tests {
             }
             // Bias towards valid headers so the decoders get past the first checks.
             if len > 0 {
-                buf[0] = (next() % 12) as u8;
+                buf[0] = (next() % 15) as u8;
             }
             if i % 2 == 0 && len > 4 {
                 buf[1..4].fill(0);

@@ -122,6 +122,24 @@ fn execute(
             }
             return Ok(writer.finish(more));
         }
+        Request::LockRow {
+            cf,
+            rowid,
+            xid,
+            mode,
+            evict,
+        } => {
+            let outcome = engine.lock_row(cf, rowid, xid, mode, evict);
+            Response::Lock {
+                granted: outcome.granted,
+                already_held: outcome.already_held,
+                holder: outcome.holder,
+            }
+        }
+        Request::ReleaseLocks { xid } => {
+            engine.release_locks(xid);
+            Response::Ok
+        }
     };
     Ok(encode_response(&answer, response)?)
 }
@@ -131,7 +149,9 @@ mod tests {
     use super::*;
     use crate::engine::test_support::{open, TempDir};
     use crate::keys::{decode_row_key, row_key, row_range, MAX_ROWID};
-    use crate::protocol::{decode_response, encode_put_batch, encode_request, BatchBuilder, CfRef};
+    use crate::protocol::{
+        decode_response, encode_put_batch, encode_request, BatchBuilder, CfRef, LockMode,
+    };
 
     const T: CfRef = CfRef { db: 5, rel: 16384 };
 
@@ -249,6 +269,64 @@ mod tests {
     }
 
     #[test]
+    fn lock_requests_through_handle() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let lock = |xid, mode, evict| {
+            lock_answer(&call(
+                &engine,
+                &Request::LockRow {
+                    cf: T,
+                    rowid: 42,
+                    xid,
+                    mode,
+                    evict,
+                },
+                64,
+            ))
+        };
+        assert_eq!(lock(100, LockMode::Exclusive, 0), (true, false, 0));
+        assert_eq!(lock(100, LockMode::Shared, 0), (true, true, 0));
+        assert_eq!(lock(101, LockMode::Shared, 0), (false, false, 100));
+        assert_eq!(engine.lock_count(), 1);
+
+        assert_ok(&call(&engine, &Request::ReleaseLocks { xid: 100 }, 64));
+        assert_eq!(engine.lock_count(), 0);
+        assert_eq!(lock(101, LockMode::Shared, 0), (true, false, 0));
+        // Releasing what is not held is fine (the transaction took no locks).
+        assert_ok(&call(&engine, &Request::ReleaseLocks { xid: 100 }, 64));
+        assert_eq!(engine.lock_count(), 1);
+
+        // A Lock answer needs only the 8-byte header.
+        let resp = call(
+            &engine,
+            &Request::LockRow {
+                cf: T,
+                rowid: 42,
+                xid: 102,
+                mode: LockMode::Exclusive,
+                evict: 0,
+            },
+            MIN_RESPONSE_LEN,
+        );
+        assert_eq!(lock_answer(&resp), (false, false, 101));
+        // Evicting the ended holder takes the row over.
+        assert_eq!(lock(102, LockMode::Exclusive, 101), (true, false, 0));
+    }
+
+    /// `(granted, already_held, holder)` of a `Lock` answer.
+    fn lock_answer(bytes: &[u8]) -> (bool, bool, u32) {
+        match decode_response(bytes).unwrap() {
+            Response::Lock {
+                granted,
+                already_held,
+                holder,
+            } => (granted, already_held, holder),
+            other => panic!("expected Lock, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn scan_of_an_entry_too_large_for_the_buffer_is_too_large() {
         let dir = TempDir::new();
         let engine = open(&dir);
@@ -333,6 +411,14 @@ mod tests {
             },
             Request::AllocRowids { cf: T, count: 2 },
             Request::CfInfo(T),
+            Request::LockRow {
+                cf: T,
+                rowid: 3,
+                xid: 100,
+                mode: LockMode::Shared,
+                evict: 0,
+            },
+            Request::ReleaseLocks { xid: 100 },
         ];
         let mut encoded = Vec::new();
         for seed in &seeds {

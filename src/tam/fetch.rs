@@ -97,10 +97,6 @@ pub unsafe extern "C-unwind" fn tuple_tid_valid(_scan: pg_sys::TableScanDesc, ti
     rowid_from_tid(tid).is_some()
 }
 
-/// Rows never move yet (no UPDATE): a TID is its own latest version.
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn tuple_get_latest_tid(_scan: pg_sys::TableScanDesc, _tid: pg_sys::ItemPointer) {}
-
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn tuple_satisfies_snapshot(
     rel: pg_sys::Relation,

@@ -110,9 +110,8 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
     pg_sys::FreeExecutorState(estate);
     (*index_info).ii_ExpressionsState = std::ptr::null_mut();
     (*index_info).ii_PredicateState = std::ptr::null_mut();
-    if own_scan {
-        super::scan::scan_end(scan);
-    }
+    // Like heap's, this callback ends the scan it was given (parallel builds).
+    super::scan::scan_end(scan);
     reltuples
 }
 

@@ -9,6 +9,7 @@ pub mod ddl;
 mod fetch;
 mod maintenance;
 mod modify;
+mod rowops;
 mod scan;
 mod stream;
 mod visibility;
@@ -40,7 +41,7 @@ pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
 
     tuple_fetch_row_version: Some(fetch::tuple_fetch_row_version),
     tuple_tid_valid: Some(fetch::tuple_tid_valid),
-    tuple_get_latest_tid: Some(fetch::tuple_get_latest_tid),
+    tuple_get_latest_tid: Some(rowops::tuple_get_latest_tid),
     tuple_satisfies_snapshot: Some(fetch::tuple_satisfies_snapshot),
     index_delete_tuples: Some(fetch::index_delete_tuples),
 
@@ -48,9 +49,9 @@ pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
     tuple_insert_speculative: Some(modify::tuple_insert_speculative),
     tuple_complete_speculative: Some(modify::tuple_complete_speculative),
     multi_insert: Some(modify::multi_insert),
-    tuple_delete: Some(modify::tuple_delete),
-    tuple_update: Some(modify::tuple_update),
-    tuple_lock: Some(modify::tuple_lock),
+    tuple_delete: Some(rowops::tuple_delete),
+    tuple_update: Some(rowops::tuple_update),
+    tuple_lock: Some(rowops::tuple_lock),
     finish_bulk_insert: Some(modify::finish_bulk_insert),
 
     relation_set_new_filelocator: Some(ddl::relation_set_new_filelocator),

@@ -1,5 +1,5 @@
-//! Inserting rows (single, multi-insert/COPY), and the row operations that
-//! pasv does not support yet, which fail with FEATURE_NOT_SUPPORTED.
+//! Inserting rows (single, multi-insert/COPY); speculative insertion (ON
+//! CONFLICT) is not supported yet and fails with FEATURE_NOT_SUPPORTED.
 //!
 //! A new row gets its rowid (and so its TID) before it is written; its value
 //! is the MVCC header (creator FullTransactionId, command id) followed by the
@@ -18,8 +18,7 @@ thread_local! {
     static VALUE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(8192));
 }
 
-const HINT_WRITES: &str =
-    "pasv currently supports INSERT, COPY, SELECT, TRUNCATE and DROP; use a heap table for this workload meanwhile.";
+const HINT_WRITES: &str = "Use a plain INSERT, or a heap table for upserts meanwhile.";
 
 /// Write one tuple of `slot` into `rel` as a new row.
 unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) {
@@ -144,49 +143,4 @@ pub unsafe extern "C-unwind" fn tuple_complete_speculative(
     _succeeded: bool,
 ) {
     error::not_supported("INSERT ... ON CONFLICT", HINT_WRITES);
-}
-
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn tuple_delete(
-    _rel: pg_sys::Relation,
-    _tid: pg_sys::ItemPointer,
-    _cid: pg_sys::CommandId,
-    _snapshot: pg_sys::Snapshot,
-    _crosscheck: pg_sys::Snapshot,
-    _wait: bool,
-    _tmfd: *mut pg_sys::TM_FailureData,
-    _changing_part: bool,
-) -> pg_sys::TM_Result::Type {
-    error::not_supported("DELETE", HINT_WRITES);
-}
-
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn tuple_update(
-    _rel: pg_sys::Relation,
-    _otid: pg_sys::ItemPointer,
-    _slot: *mut pg_sys::TupleTableSlot,
-    _cid: pg_sys::CommandId,
-    _snapshot: pg_sys::Snapshot,
-    _crosscheck: pg_sys::Snapshot,
-    _wait: bool,
-    _tmfd: *mut pg_sys::TM_FailureData,
-    _lockmode: *mut pg_sys::LockTupleMode::Type,
-    _update_indexes: *mut pg_sys::TU_UpdateIndexes::Type,
-) -> pg_sys::TM_Result::Type {
-    error::not_supported("UPDATE", HINT_WRITES);
-}
-
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn tuple_lock(
-    _rel: pg_sys::Relation,
-    _tid: pg_sys::ItemPointer,
-    _snapshot: pg_sys::Snapshot,
-    _slot: *mut pg_sys::TupleTableSlot,
-    _cid: pg_sys::CommandId,
-    _mode: pg_sys::LockTupleMode::Type,
-    _wait_policy: pg_sys::LockWaitPolicy::Type,
-    _flags: u8,
-    _tmfd: *mut pg_sys::TM_FailureData,
-) -> pg_sys::TM_Result::Type {
-    error::not_supported("row locks (SELECT ... FOR UPDATE/SHARE)", HINT_WRITES);
 }

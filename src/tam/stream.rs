@@ -40,6 +40,12 @@ pub struct RowStream {
     pos: usize,
     /// The engine may have more entries after this batch.
     more: bool,
+    /// The row being examined (its newest versions seen, none visible yet).
+    group: Option<u64>,
+    /// The last row decided: its remaining (older) versions are skipped.
+    decided: Option<u64>,
+    /// Dirty snapshots: an in-progress deleter of the current row.
+    pending_delete: pg_sys::TransactionId,
 }
 
 /// A resolved row: the visible version's tuple bytes (inside the stream's
@@ -68,6 +74,9 @@ impl RowStream {
             count: 0,
             pos: 0,
             more: true,
+            group: None,
+            decided: None,
+            pending_delete: pg_sys::InvalidTransactionId,
         }
     }
 
@@ -93,6 +102,8 @@ impl RowStream {
         self.count = 0;
         self.pos = 0;
         self.more = lo < hi;
+        self.group = None;
+        self.decided = None;
     }
 
     /// Fetch the next batch from `next_start`.
@@ -138,9 +149,14 @@ impl RowStream {
     /// The next row with a version visible to `reader`, skipping rows whose
     /// visible version is a tombstone or that have none.
     ///
+    /// Versions are examined one at a time, so a row's chain may span
+    /// batches; once a row is decided, its older versions are skipped (and
+    /// not fetched, when they would fill the rest of the batch).
+    ///
     /// # Safety
     /// Backend inside a transaction; `reader`'s snapshot valid.
     pub unsafe fn next_row(&mut self, reader: Reader, doing: &str) -> Option<Row> {
+        let skip_tombstones = visibility::skips_tombstones(reader);
         loop {
             if self.pos >= self.count {
                 if !self.more {
@@ -151,58 +167,64 @@ impl RowStream {
                     return None;
                 }
             }
-            let first = *self.index.add(self.pos);
-            let mut p = self.pos;
-            let mut chosen: Option<(RowHeader, EntryPos)> = None;
-            visibility::begin_row(reader);
-            while p < self.count {
-                let e = *self.index.add(p);
-                if e.rowid != first.rowid {
-                    break;
-                }
-                if chosen.is_none() {
-                    let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
-                    match RowHeader::decode(value) {
-                        Ok((h, _)) => {
-                            if visibility::creator_visible(&h, reader) {
-                                chosen = Some((h, e));
-                            }
-                        }
-                        Err(err) => crate::error::raise(
-                            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                            format!("pasv: {doing}: bad row header at rowid {}: {err}", e.rowid),
-                            "The table's RocksDB data is damaged; restore from a backup.",
-                        ),
-                    }
-                }
-                p += 1;
-            }
-            if p == self.count && self.more {
-                // The group may continue in the next batch: refetch it whole.
-                if self.pos == 0 {
-                    crate::error::raise(
-                        pgrx::PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                        format!("pasv: {doing}: rowid {} has more versions than one batch holds", first.rowid),
-                        "Raise pasv.channel_buffer_size (needs a restart).",
-                    );
-                }
-                self.next_start = keys::row_key(first.rowid, u32::MAX);
-                self.count = 0;
-                self.pos = 0;
+            let e = *self.index.add(self.pos);
+            self.pos += 1;
+            if self.decided == Some(e.rowid) {
                 continue;
             }
-            self.pos = p;
-            if let Some((header, e)) = chosen {
-                if header.is_tombstone() {
-                    continue;
-                }
-                let off = e.value_off as usize + pasv_am::row::HEADER_LEN;
-                return Some(Row {
-                    rowid: first.rowid,
-                    tuple: self.buf.add(off),
-                    tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
-                });
+            if self.group != Some(e.rowid) {
+                // First version (the newest) of a new row.
+                self.group = Some(e.rowid);
+                self.pending_delete = pg_sys::InvalidTransactionId;
+                visibility::begin_row(reader);
             }
+            let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
+            let header = match RowHeader::decode(value) {
+                Ok((h, _)) => h,
+                Err(err) => crate::error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {}: {err}", e.rowid),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            if !visibility::creator_visible(&header, reader) {
+                continue;
+            }
+            if let Some(deleter) = visibility::dirty_pending_delete(&header, reader) {
+                // Dirty snapshots: a delete in progress leaves the previous
+                // version visible, with the deleter reported in xmax.
+                self.pending_delete = deleter;
+                continue;
+            }
+            if header.is_tombstone() && skip_tombstones {
+                continue; // SnapshotAny: the newest tuple-bearing version
+            }
+            // This version decides the row.
+            self.decided = Some(e.rowid);
+            self.group = None;
+            if self.pending_delete != pg_sys::InvalidTransactionId {
+                if let Reader::Snapshot(snap) = reader {
+                    (*snap).xmax = self.pending_delete;
+                }
+            }
+            self.skip_rest_of(e.rowid);
+            if header.is_tombstone() {
+                continue;
+            }
+            return Some(Row {
+                rowid: e.rowid,
+                tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
+                tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
+            });
+        }
+    }
+
+    /// If the rest of this batch holds only older versions of `rowid`,
+    /// resume the next fetch at the following row instead of reading them.
+    unsafe fn skip_rest_of(&mut self, rowid: u64) {
+        if self.count > 0 && self.more && (*self.index.add(self.count - 1)).rowid == rowid && rowid < keys::MAX_ROWID {
+            self.next_start = keys::row_key(rowid + 1, u32::MAX);
+            self.pos = self.count;
         }
     }
 }

@@ -75,7 +75,14 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
             }
             pg_sys::TransactionIdDidCommit(xid)
         }
-        SNAPSHOT_ANY => true,
+        // "Any" version the row has, short of those whose creator aborted
+        // (which never existed); tombstones are skipped by the caller, so
+        // a TID fetch returns the newest tuple, e.g. the OLD row of a trigger.
+        SNAPSHOT_ANY => {
+            pg_sys::TransactionIdIsCurrentTransactionId(xid)
+                || pg_sys::TransactionIdIsInProgress(xid)
+                || pg_sys::TransactionIdDidCommit(xid)
+        }
         SNAPSHOT_DIRTY => {
             if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
                 return true;
@@ -99,4 +106,33 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
             "pasv tables cannot be catalog tables or be read by logical decoding output plugins.",
         ),
     }
+}
+
+/// For a dirty snapshot: if `h` is a tombstone written by a transaction
+/// still in progress (not this one), that transaction; the caller then keeps
+/// looking for the previous version and reports the deleter in `xmax`.
+///
+/// # Safety
+/// As [`creator_visible`].
+pub unsafe fn dirty_pending_delete(h: &RowHeader, reader: Reader) -> Option<pg_sys::TransactionId> {
+    let Reader::Snapshot(s) = reader else { return None };
+    if (*s).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_DIRTY || !h.is_tombstone() || h.is_frozen() {
+        return None;
+    }
+    let xid = xid_of(h);
+    if pg_sys::TransactionIdIsCurrentTransactionId(xid) || !pg_sys::TransactionIdIsInProgress(xid) {
+        return None;
+    }
+    // creator_visible recorded the deleter as xmin; the older version decides xmin.
+    (*s).xmin = pg_sys::InvalidTransactionId;
+    Some(xid)
+}
+
+/// Whether `reader` looks through tombstones to the newest tuple-bearing
+/// version (SnapshotAny).
+///
+/// # Safety
+/// `reader`'s snapshot pointer, if any, must be valid.
+pub unsafe fn skips_tombstones(reader: Reader) -> bool {
+    matches!(reader, Reader::Snapshot(s) if (*s).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_ANY)
 }

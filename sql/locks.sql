@@ -1,0 +1,73 @@
+-- Row locks between sessions: NOWAIT, SKIP LOCKED, lock_timeout, shared
+-- locks, serialization failures, and EvalPlanQual in READ COMMITTED.
+CREATE TABLE q (id int PRIMARY KEY, v int) USING pasv;
+INSERT INTO q SELECT g, 0 FROM generate_series(1, 6) g;
+
+BEGIN;
+SELECT id FROM q WHERE id <= 2 ORDER BY id FOR UPDATE;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT id FROM q WHERE id = 1 FOR UPDATE NOWAIT" 2>&1
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM q ORDER BY id FOR UPDATE SKIP LOCKED) s"
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SET lock_timeout = '50ms'" -c "UPDATE q SET v = 1 WHERE id = 2" 2>&1
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "UPDATE q SET v = 3 WHERE id = 3"
+COMMIT;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT id FROM q WHERE id = 1 FOR UPDATE NOWAIT"
+SELECT id, v FROM q ORDER BY id;
+
+-- Shared locks coexist; an exclusive one waits for them.
+BEGIN;
+SELECT id FROM q WHERE id = 4 FOR SHARE;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT id FROM q WHERE id = 4 FOR SHARE NOWAIT"
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT id FROM q WHERE id = 4 FOR UPDATE NOWAIT" 2>&1
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "DELETE FROM q WHERE id = 4 AND false"
+COMMIT;
+
+-- REPEATABLE READ: a row changed after the snapshot cannot be updated.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT v FROM q WHERE id = 5;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "UPDATE q SET v = 50 WHERE id = 5"
+UPDATE q SET v = v + 1 WHERE id = 5;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT v FROM q WHERE id = 5;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "DELETE FROM q WHERE id = 5"
+SELECT id FROM q WHERE id = 5 FOR UPDATE;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
+-- READ COMMITTED: an UPDATE that waited for a concurrent one applies to the
+-- new version (EvalPlanQual), so no update is lost. The other session
+-- holds the row until we are waiting for it (bounded polls, then a bounded
+-- wait for it to finish); the result is the same in either order.
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "SET application_name = 'pasv_bg'" -c "BEGIN" -c "UPDATE q SET v = v + 10 WHERE id = 6" -c "SELECT pg_sleep(1)" -c "COMMIT" > /dev/null 2>&1 &
+DO $$ BEGIN
+    FOR i IN 1..500 LOOP
+        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+UPDATE q SET v = v + 1 WHERE id = 6;
+DO $$ BEGIN
+    FOR i IN 1..500 LOOP
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+SELECT v FROM q WHERE id = 6;
+-- Same for a row that the other session moves (indexed column) meanwhile.
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "SET application_name = 'pasv_bg'" -c "BEGIN" -c "UPDATE q SET id = 60, v = v + 10 WHERE id = 6" -c "SELECT pg_sleep(1)" -c "COMMIT" > /dev/null 2>&1 &
+DO $$ BEGIN
+    FOR i IN 1..500 LOOP
+        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+UPDATE q SET v = v + 1 WHERE v >= 11;
+DO $$ BEGIN
+    FOR i IN 1..500 LOOP
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+SELECT id, v FROM q ORDER BY id;
+DROP TABLE q;

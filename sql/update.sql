@@ -1,0 +1,131 @@
+-- UPDATE and DELETE: a new version under the same rowid when no indexed
+-- column changes; a moved row (new rowid, "moved" tombstone) when one does.
+CREATE TABLE acct (id int PRIMARY KEY, owner text, balance int8, note text) USING pasv;
+CREATE INDEX acct_owner ON acct (owner);
+INSERT INTO acct SELECT g, 'o' || g, 100, 'n' FROM generate_series(1, 1000) g;
+
+-- Non-indexed columns: the row keeps its TID.
+SELECT ctid AS before_tid FROM acct WHERE id = 7 \gset
+UPDATE acct SET balance = balance + 5, note = 'updated' WHERE id = 7;
+SELECT ctid = :'before_tid' AS same_tid, balance, note FROM acct WHERE id = 7;
+
+-- An indexed column: the row moves; indexes find it by its new key only.
+SELECT ctid AS before_tid FROM acct WHERE id = 8 \gset
+UPDATE acct SET owner = 'renamed' WHERE id = 8;
+SELECT ctid <> :'before_tid' AS moved, owner FROM acct WHERE id = 8;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT id FROM acct WHERE owner = 'o8';
+SELECT id, owner FROM acct WHERE owner = 'renamed';
+SELECT id, owner FROM acct WHERE id = 8;
+-- The primary key itself.
+UPDATE acct SET id = 5000 WHERE id = 9;
+SELECT count(*) AS old_key FROM acct WHERE id = 9;
+SELECT owner FROM acct WHERE id = 5000;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+
+-- Many rows at once; totals stay consistent.
+UPDATE acct SET balance = balance - 1 WHERE id % 10 = 0;
+SELECT count(*), sum(balance) FROM acct;
+
+-- A long version chain on one row.
+DO $$ BEGIN FOR i IN 1..50 LOOP UPDATE acct SET balance = balance + 1 WHERE id = 1; END LOOP; END $$;
+SELECT balance FROM acct WHERE id = 1;
+
+-- DELETE, then index lookups find nothing and the key can be reused.
+DELETE FROM acct WHERE id BETWEEN 100 AND 199;
+SELECT count(*) FROM acct;
+SET enable_seqscan = off;
+SELECT count(*) AS via_index FROM acct WHERE id = 150;
+RESET enable_seqscan;
+INSERT INTO acct VALUES (150, 'again', 1, 'n');
+SELECT id, owner FROM acct WHERE id = 150;
+
+-- Rolled-back updates and deletes leave no trace.
+BEGIN;
+UPDATE acct SET balance = 0;
+DELETE FROM acct WHERE id < 50;
+SELECT count(*), sum(balance) FROM acct;
+ROLLBACK;
+SELECT count(*), sum(balance) FROM acct;
+
+-- Savepoints.
+BEGIN;
+UPDATE acct SET note = 'a' WHERE id = 2;
+SAVEPOINT s;
+UPDATE acct SET note = 'b' WHERE id = 2;
+DELETE FROM acct WHERE id = 3;
+ROLLBACK TO s;
+SELECT id, note FROM acct WHERE id IN (2, 3) ORDER BY id;
+COMMIT;
+SELECT id, note FROM acct WHERE id IN (2, 3) ORDER BY id;
+
+-- RETURNING.
+UPDATE acct SET balance = balance * 2 WHERE id = 4 RETURNING id, balance;
+DELETE FROM acct WHERE id = 5 RETURNING id, owner;
+
+-- One command reaching the same row twice updates it once (as on heap).
+CREATE TABLE twice (k int) USING pasv;
+INSERT INTO twice VALUES (6), (6);
+UPDATE acct a SET balance = balance + 1000 FROM twice WHERE a.id = twice.k;
+SELECT balance FROM acct WHERE id = 6;
+
+-- Later statements of a transaction update its own new versions.
+BEGIN;
+UPDATE acct SET balance = 1 WHERE id = 10;
+UPDATE acct SET balance = balance + 1 WHERE id = 10;
+UPDATE acct SET owner = 'moved-in-tx' WHERE id = 10;
+UPDATE acct SET balance = balance + 1 WHERE id = 10;
+SELECT balance, owner FROM acct WHERE id = 10;
+COMMIT;
+SELECT balance, owner FROM acct WHERE id = 10;
+
+-- WHERE CURRENT OF.
+BEGIN;
+DECLARE c CURSOR FOR SELECT id FROM acct WHERE id = 11 FOR UPDATE;
+FETCH c;
+UPDATE acct SET note = 'cursor' WHERE CURRENT OF c;
+COMMIT;
+SELECT note FROM acct WHERE id = 11;
+
+-- Triggers see OLD and NEW.
+CREATE TABLE audit (op text, old_balance int8, new_balance int8) USING heap;
+CREATE FUNCTION audit_acct() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO audit VALUES (TG_OP, OLD.balance, CASE WHEN TG_OP = 'UPDATE' THEN NEW.balance END);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER acct_audit AFTER UPDATE OR DELETE ON acct FOR EACH ROW EXECUTE FUNCTION audit_acct();
+UPDATE acct SET balance = 77 WHERE id = 12;
+DELETE FROM acct WHERE id = 13;
+SELECT * FROM audit ORDER BY op;
+DROP TRIGGER acct_audit ON acct;
+
+-- Row locks in a single session.
+SELECT id FROM acct WHERE id = 14 FOR UPDATE;
+SELECT id FROM acct WHERE id = 14 FOR NO KEY UPDATE;
+SELECT id FROM acct WHERE id = 14 FOR SHARE;
+SELECT id FROM acct WHERE id = 14 FOR KEY SHARE;
+BEGIN;
+SELECT id FROM acct WHERE id BETWEEN 15 AND 17 ORDER BY id FOR UPDATE;
+UPDATE acct SET note = 'locked then updated' WHERE id = 15;
+COMMIT;
+SELECT note FROM acct WHERE id = 15;
+
+-- A foreign key between two pasv tables.
+CREATE TABLE child (id int PRIMARY KEY, acct_id int REFERENCES acct (id)) USING pasv;
+INSERT INTO child VALUES (1, 20);
+INSERT INTO child VALUES (2, 999999);
+DELETE FROM acct WHERE id = 20;
+UPDATE acct SET balance = balance + 1 WHERE id = 20;
+SELECT balance FROM acct WHERE id = 20;
+
+-- The same totals through every access path.
+SELECT count(*), sum(balance) FROM acct;
+SET enable_seqscan = off;
+SELECT count(*), sum(balance) FROM acct WHERE id > 0;
+RESET enable_seqscan;
+
+DROP TABLE child, acct, twice, audit;
+DROP FUNCTION audit_acct();

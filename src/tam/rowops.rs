@@ -1,0 +1,643 @@
+//! UPDATE, DELETE and row locks (`SELECT ... FOR UPDATE/SHARE`, EvalPlanQual).
+//!
+//! Write order for an existing row (DESIGN.md §3): take the engine row lock,
+//! read the version chain, decide, then write version head+1 (or, when an
+//! indexed column changes, a new row plus a "moved" tombstone).
+//!
+//! A row keeps all its versions under one rowid, so a TID does not say which
+//! version the executor saw. That version is the one visible to the
+//! operation's snapshot: if the chain's head (newest version whose creator
+//! did not abort) is newer, the row was changed concurrently (TM_Updated /
+//! TM_Deleted), exactly where heap finds a committed xmax. The one exception
+//! is a row this transaction had already locked before the call: nobody
+//! could change it since, and EvalPlanQual relies on updating the head it
+//! locked through `tuple_lock(FIND_LAST_VERSION)`.
+
+use super::visibility::{self, Reader};
+use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
+use crate::{engine_client, error};
+use pasv_am::keys::{self, ROW_KEY_LEN};
+use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Response};
+use pasv_am::row::{RowHeader, FLAG_MOVED, FLAG_TOMBSTONE, HEADER_LEN};
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+extern "C" {
+    // utils/datum.h; not in pgrx's PG16 bindings.
+    fn datumIsEqual(value1: pg_sys::Datum, value2: pg_sys::Datum, typbyval: bool, typlen: i32) -> bool;
+}
+
+const INVALID_COMMAND_ID: pg_sys::CommandId = u32::MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Creator {
+    Current,
+    InProgress,
+    Committed,
+    Aborted,
+}
+
+unsafe fn creator_of(h: &RowHeader) -> Creator {
+    if h.is_frozen() {
+        return Creator::Committed;
+    }
+    let xid = pg_sys::TransactionId::from(h.xid as u32);
+    if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+        Creator::Current
+    } else if pg_sys::TransactionIdIsInProgress(xid) {
+        Creator::InProgress
+    } else if pg_sys::TransactionIdDidCommit(xid) {
+        Creator::Committed
+    } else {
+        Creator::Aborted
+    }
+}
+
+struct Version {
+    version: u32,
+    header: RowHeader,
+    creator: Creator,
+    /// Which of the chain's buffers holds it, and where.
+    buf: usize,
+    tuple_off: usize,
+    tuple_len: usize,
+}
+
+/// Every version of one row, newest first, in palloc'd copies of the
+/// engine's answers (a long chain takes several).
+struct Chain {
+    bufs: Vec<*mut u8>,
+    versions: Vec<Version>,
+}
+
+impl Chain {
+    unsafe fn read(cf: CfRef, rowid: u64, doing: &str) -> Chain {
+        let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+        let (mut start, end) = keys::row_range(rowid, rowid + 1);
+        let mut chain = Chain { bufs: Vec::new(), versions: Vec::new() };
+        // Each page starts past the last key of the previous one.
+        loop {
+            let buf = pg_sys::palloc(cap) as *mut u8;
+            chain.bufs.push(buf);
+            let dest = std::slice::from_raw_parts_mut(buf, cap);
+            let copied = match engine_client::scan_into(cf, &start, &end, 0, dest) {
+                Ok(c) => c,
+                Err(e) => e.raise(doing),
+            };
+            let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
+            let (more, batch) = match protocol::decode_response(bytes) {
+                Ok(Response::Entries { more, batch }) => (more, batch),
+                _ => crate::error::CallError::Unexpected("Scan").raise(doing),
+            };
+            let mut last_version = None;
+            for (key, value) in batch.iter() {
+                let Some((_, version)) = keys::decode_row_key(key) else { continue };
+                let header = match RowHeader::decode(value) {
+                    Ok((h, _)) => h,
+                    Err(e) => error::raise(
+                        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                        format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                        "The table's RocksDB data is damaged; restore from a backup.",
+                    ),
+                };
+                chain.versions.push(Version {
+                    version,
+                    creator: creator_of(&header),
+                    header,
+                    buf: chain.bufs.len() - 1,
+                    tuple_off: value.as_ptr() as usize - buf as usize + HEADER_LEN,
+                    tuple_len: value.len().saturating_sub(HEADER_LEN),
+                });
+                last_version = Some(version);
+            }
+            match last_version {
+                Some(v) if more && v > 0 => start = keys::row_key(rowid, v - 1),
+                _ => return chain,
+            }
+        }
+    }
+
+    /// Index of the newest version whose creator did not abort.
+    fn head(&self) -> Option<usize> {
+        self.versions.iter().position(|v| v.creator != Creator::Aborted)
+    }
+
+    /// Index of the version visible to `reader`.
+    unsafe fn visible(&self, reader: Reader) -> Option<usize> {
+        visibility::begin_row(reader);
+        self.versions.iter().position(|v| visibility::creator_visible(&v.header, reader))
+    }
+
+    /// The next version number for this row.
+    fn next_version(&self) -> u32 {
+        self.versions.first().map(|v| v.version + 1).unwrap_or(0)
+    }
+
+    /// A heap tuple describing version `i` (pointing into the chain's buffer).
+    unsafe fn tuple(&self, rel: pg_sys::Relation, rowid: u64, i: usize) -> pg_sys::HeapTupleData {
+        let v = &self.versions[i];
+        let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
+        t.t_len = v.tuple_len as u32;
+        t.t_data = self.bufs[v.buf].add(v.tuple_off) as *mut pg_sys::HeapTupleHeaderData;
+        t.t_tableOid = (*rel).rd_id;
+        tid_from_rowid(rowid, &mut t.t_self);
+        t
+    }
+
+    unsafe fn free(self) {
+        for buf in self.bufs {
+            pg_sys::pfree(buf as *mut _);
+        }
+    }
+
+    /// Keys of versions no snapshot can see any more: those whose creator
+    /// aborted, and all older than the newest version visible to every
+    /// snapshot (heap's pruning, done while the row lock is held).
+    unsafe fn dead_versions(&self, rel: pg_sys::Relation) -> Vec<u32> {
+        let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
+        let all_visible = self.versions.iter().position(|v| {
+            v.creator == Creator::Committed
+                && (v.header.is_frozen()
+                    || pg_sys::TransactionIdPrecedes(pg_sys::TransactionId::from(v.header.xid as u32), horizon))
+        });
+        self.versions
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| v.creator == Creator::Aborted || all_visible.is_some_and(|k| *i > k))
+            .map(|(_, v)| v.version)
+            .collect()
+    }
+}
+
+/// What to do when another transaction holds the row lock.
+#[derive(Clone, Copy)]
+enum OnConflict {
+    Wait,
+    Skip,
+    Error,
+    /// `wait = false` of tuple_update/tuple_delete: report BeingModified.
+    Report,
+}
+
+enum LockResult {
+    /// Locked; whether this transaction already held it before this call.
+    Held { already: bool },
+    /// Not locked: the holder (Skip/Report).
+    Busy { holder: u32 },
+}
+
+/// Take the engine row lock for this transaction, waiting on the holder
+/// through PostgreSQL's lock manager so the deadlock detector sees the wait.
+unsafe fn lock_row(
+    rel: pg_sys::Relation,
+    cf: CfRef,
+    rowid: u64,
+    mode: LockMode,
+    on_conflict: OnConflict,
+    oper: pg_sys::XLTW_Oper::Type,
+) -> LockResult {
+    let xid = u32::from(pg_sys::GetTopTransactionId());
+    let mut evict = 0u32;
+    let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
+    tid_from_rowid(rowid, &mut tid);
+    // Each retry follows a wait for a transaction that has ended by then, so
+    // the loop ends when the lock frees; a stuck engine errors out.
+    loop {
+        let outcome = match engine_client::lock_row(cf, rowid, xid, mode, evict) {
+            Ok(o) => o,
+            Err(e) => e.raise(&format!("locking a row of {}", rel_name(rel))),
+        };
+        crate::xact::mark_locks_held(xid);
+        if outcome.granted {
+            return LockResult::Held { already: outcome.already_held };
+        }
+        let holder = pg_sys::TransactionId::from(outcome.holder);
+        match on_conflict {
+            OnConflict::Wait => pg_sys::XactLockTableWait(holder, rel, &mut tid, oper),
+            OnConflict::Skip | OnConflict::Report => {
+                if !pg_sys::ConditionalXactLockTableWait(holder) {
+                    return LockResult::Busy { holder: outcome.holder };
+                }
+            }
+            OnConflict::Error => {
+                if !pg_sys::ConditionalXactLockTableWait(holder) {
+                    error::raise(
+                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                        format!("could not obtain lock on row in relation {}", rel_name(rel)),
+                        "Another transaction holds a lock on the row; retry, or drop NOWAIT to wait for it.",
+                    );
+                }
+            }
+        }
+        // The holder has ended: its locks are stale even if its release failed.
+        evict = outcome.holder;
+    }
+}
+
+/// Read the chain under the row lock, waiting out an in-progress creator of
+/// the head (only possible for rows whose creator holds no lock: a fresh
+/// insert reached through a moved row).
+unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing: &str) -> Chain {
+    let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
+    tid_from_rowid(rowid, &mut tid);
+    loop {
+        let chain = Chain::read(cf, rowid, doing);
+        match chain.head() {
+            Some(h) if chain.versions[h].creator == Creator::InProgress => {
+                let xid = pg_sys::TransactionId::from(chain.versions[h].header.xid as u32);
+                chain.free();
+                pg_sys::XactLockTableWait(xid, rel, &mut tid, pg_sys::XLTW_Oper::XLTW_FetchUpdated);
+            }
+            _ => return chain,
+        }
+    }
+}
+
+fn fill_tmfd(tmfd: *mut pg_sys::TM_FailureData, ctid_rowid: u64, xmax: u64, cmax: pg_sys::CommandId) {
+    // SAFETY: tmfd comes from the executor and is valid for writes.
+    unsafe {
+        tid_from_rowid(ctid_rowid, &mut (*tmfd).ctid);
+        (*tmfd).xmax = pg_sys::TransactionId::from(xmax as u32);
+        (*tmfd).cmax = cmax;
+    }
+}
+
+/// The outcome of checking a locked chain for a modification.
+enum Check {
+    /// Modify the head (index into the chain).
+    Proceed(usize),
+    Result(pg_sys::TM_Result::Type),
+}
+
+/// Decide whether this command may modify the row (heap's
+/// HeapTupleSatisfiesUpdate, adapted to version chains).
+unsafe fn check_modifiable(
+    chain: &Chain,
+    rowid: u64,
+    cid: pg_sys::CommandId,
+    snapshot: pg_sys::Snapshot,
+    crosscheck: pg_sys::Snapshot,
+    already_locked: bool,
+    tmfd: *mut pg_sys::TM_FailureData,
+) -> Check {
+    use pg_sys::TM_Result::*;
+    let Some(h) = chain.head() else { return Check::Result(TM_Invisible) };
+    let head = &chain.versions[h];
+    if head.creator == Creator::Current && head.header.cid >= cid {
+        fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
+        return Check::Result(TM_SelfModified);
+    }
+    let seen = !snapshot.is_null() && chain.visible(Reader::Snapshot(snapshot)) == Some(h);
+    if seen || already_locked || head.creator == Creator::Current {
+        if head.header.is_tombstone() {
+            fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+            return Check::Result(TM_Deleted);
+        }
+        if !crosscheck.is_null() && chain.visible(Reader::Snapshot(crosscheck)) != Some(h) {
+            fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+            return Check::Result(TM_Updated);
+        }
+        return Check::Proceed(h);
+    }
+    // Changed by a transaction that committed after the snapshot.
+    if head.header.is_moved() {
+        fill_tmfd(tmfd, head.header.moved_to, head.header.xid, INVALID_COMMAND_ID);
+        Check::Result(TM_Updated)
+    } else if head.header.is_tombstone() {
+        fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+        Check::Result(TM_Deleted)
+    } else {
+        fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+        Check::Result(TM_Updated)
+    }
+}
+
+/// Whether the new tuple changes a column some index depends on (then the
+/// row moves to a new rowid and every index gets an entry for it).
+unsafe fn indexed_columns_change(rel: pg_sys::Relation, old: &mut pg_sys::HeapTupleData, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    if !(*(*rel).rd_rel).relhasindex {
+        return false;
+    }
+    let attrs = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_HOT_BLOCKING);
+    let summarized = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_SUMMARIZED);
+    if attrs.is_null() && summarized.is_null() {
+        return false;
+    }
+    let desc = (*rel).rd_att;
+    let natts = (*desc).natts as usize;
+    let mut old_values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut old_nulls = vec![false; natts];
+    pg_sys::heap_deform_tuple(old, desc, old_values.as_mut_ptr(), old_nulls.as_mut_ptr());
+    pg_sys::slot_getallattrs(slot);
+    let mut changed = false;
+    for set in [attrs, summarized] {
+        let mut member = -1;
+        loop {
+            member = pg_sys::bms_next_member(set, member);
+            if member < 0 || changed {
+                break;
+            }
+            let attnum = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
+            if attnum <= 0 || attnum as usize > natts {
+                // A system column (only ctid/oid could be here): treat as changed.
+                changed = attnum <= 0;
+                continue;
+            }
+            let i = attnum as usize - 1;
+            let new_null = *(*slot).tts_isnull.add(i);
+            let new_value = *(*slot).tts_values.add(i);
+            let att = (*desc).attrs.as_ptr().add(i);
+            changed = if old_nulls[i] || new_null {
+                old_nulls[i] != new_null
+            } else {
+                !datumIsEqual(old_values[i], new_value, (*att).attbyval, (*att).attlen as i32)
+            };
+        }
+    }
+    pg_sys::bms_free(attrs);
+    pg_sys::bms_free(summarized);
+    changed
+}
+
+/// AFTER ROW UPDATE triggers (foreign keys included) fetch OLD and NEW by
+/// TID at the end of the statement; they must differ, so such tables move
+/// every updated row to a new rowid.
+unsafe fn has_after_update_row_triggers(rel: pg_sys::Relation) -> bool {
+    let t = (*rel).trigdesc;
+    !t.is_null() && (*t).trig_update_after_row
+}
+
+/// Stamp a heap tuple's header as created by (xid, cid) at `rowid` and build
+/// its stored value.
+unsafe fn stored_value(tuple: pg_sys::HeapTuple, rowid: u64, full_xid: u64, cid: pg_sys::CommandId, out: &mut Vec<u8>) {
+    tid_from_rowid(rowid, &mut (*tuple).t_self);
+    let h = (*tuple).t_data;
+    (*h).t_infomask &= !(pg_sys::HEAP_XACT_MASK as u16);
+    (*h).t_infomask2 &= !(pg_sys::HEAP2_XACT_MASK as u16);
+    (*h).t_infomask |= pg_sys::HEAP_XMAX_INVALID as u16;
+    (*h).t_choice.t_heap.t_xmin = pg_sys::TransactionId::from(full_xid as u32);
+    (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
+    (*h).t_choice.t_heap.t_field3.t_cid = cid;
+    (*h).t_ctid = (*tuple).t_self;
+    out.clear();
+    out.extend_from_slice(&RowHeader { flags: 0, cid, xid: full_xid, moved_to: 0 }.encode());
+    out.extend_from_slice(std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize));
+}
+
+fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u8; HEADER_LEN] {
+    let (flags, moved_to) = match moved_to {
+        Some(r) => (FLAG_TOMBSTONE | FLAG_MOVED, r),
+        None => (FLAG_TOMBSTONE, 0),
+    };
+    RowHeader { flags, cid, xid: full_xid, moved_to }.encode()
+}
+
+unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &str) {
+    if let Err(e) = engine_client::put_batch_now(cf, batch) {
+        e.raise(&format!("{doing} {}", rel_name(rel)));
+    }
+    crate::xact::mark_written();
+}
+
+/// Add the removal of `chain`'s dead versions to `batch` (an empty value
+/// deletes a key).
+unsafe fn prune(batch: &mut BatchBuilder, rel: pg_sys::Relation, rowid: u64, chain: &Chain) {
+    for version in chain.dead_versions(rel) {
+        push(batch, &keys::row_key(rowid, version), &[]);
+    }
+}
+
+fn push(batch: &mut BatchBuilder, key: &[u8; ROW_KEY_LEN], value: &[u8]) {
+    if let Err(e) = batch.push(key, value) {
+        error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: encoding a row: {e}"), "This is a bug in pasv.");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Callbacks
+// ---------------------------------------------------------------------------
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_delete(
+    rel: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    cid: pg_sys::CommandId,
+    snapshot: pg_sys::Snapshot,
+    crosscheck: pg_sys::Snapshot,
+    wait: bool,
+    tmfd: *mut pg_sys::TM_FailureData,
+    _changing_part: bool,
+) -> pg_sys::TM_Result::Type {
+    let cf = cf_of(rel);
+    let Some(rowid) = rowid_from_tid(tid) else { return pg_sys::TM_Result::TM_Invisible };
+    let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
+    let already = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete) {
+        LockResult::Held { already } => already,
+        LockResult::Busy { holder } => {
+            fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
+            return pg_sys::TM_Result::TM_BeingModified;
+        }
+    };
+    let doing = format!("deleting from {}", rel_name(rel));
+    let chain = read_locked_chain(rel, cf, rowid, &doing);
+    let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
+        Check::Result(r) => r,
+        Check::Proceed(_) => {
+            let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+            let mut batch = BatchBuilder::new();
+            push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
+            prune(&mut batch, rel, rowid, &chain);
+            write(rel, cf, &batch, "deleting from");
+            pg_sys::pgstat_count_heap_delete(rel);
+            pg_sys::TM_Result::TM_Ok
+        }
+    };
+    chain.free();
+    result
+}
+
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn tuple_update(
+    rel: pg_sys::Relation,
+    otid: pg_sys::ItemPointer,
+    slot: *mut pg_sys::TupleTableSlot,
+    cid: pg_sys::CommandId,
+    snapshot: pg_sys::Snapshot,
+    crosscheck: pg_sys::Snapshot,
+    wait: bool,
+    tmfd: *mut pg_sys::TM_FailureData,
+    lockmode: *mut pg_sys::LockTupleMode::Type,
+    update_indexes: *mut pg_sys::TU_UpdateIndexes::Type,
+) -> pg_sys::TM_Result::Type {
+    *lockmode = pg_sys::LockTupleMode::LockTupleExclusive;
+    *update_indexes = pg_sys::TU_UpdateIndexes::TU_None;
+    let cf = cf_of(rel);
+    let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
+    let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
+    let already = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update) {
+        LockResult::Held { already } => already,
+        LockResult::Busy { holder } => {
+            fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
+            return pg_sys::TM_Result::TM_BeingModified;
+        }
+    };
+    let doing = format!("updating {}", rel_name(rel));
+    let chain = read_locked_chain(rel, cf, rowid, &doing);
+    let h = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
+        Check::Result(r) => {
+            chain.free();
+            return r;
+        }
+        Check::Proceed(h) => h,
+    };
+
+    let mut should_free = false;
+    let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    (*slot).tts_tableOid = (*rel).rd_id;
+    (*tuple).t_tableOid = (*rel).rd_id;
+    let mut old = chain.tuple(rel, rowid, h);
+    let moves = has_after_update_row_triggers(rel) || indexed_columns_change(rel, &mut old, slot);
+    let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+    let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
+    if HEADER_LEN + (*tuple).t_len as usize > limit {
+        error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("row of {} bytes is too large for pasv table {} (limit {} bytes)", (*tuple).t_len, rel_name(rel), limit - HEADER_LEN),
+            "Raise pasv.channel_buffer_size (needs a restart), or store large values in a heap table.",
+        );
+    }
+
+    let mut value = Vec::with_capacity(HEADER_LEN + (*tuple).t_len as usize);
+    let mut batch = BatchBuilder::new();
+    let new_rowid = if moves {
+        // An indexed column changed: the row moves, so index entries for the
+        // old key values keep pointing at the old rowid's tombstone.
+        let new_rowid = match engine_client::next_rowid(cf) {
+            Ok(r) => r,
+            Err(e) => e.raise(&doing),
+        };
+        stored_value(tuple, new_rowid, full_xid, cid, &mut value);
+        push(&mut batch, &keys::row_key(new_rowid, 0), &value);
+        push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, Some(new_rowid)));
+        *update_indexes = pg_sys::TU_UpdateIndexes::TU_All;
+        new_rowid
+    } else {
+        stored_value(tuple, rowid, full_xid, cid, &mut value);
+        push(&mut batch, &keys::row_key(rowid, chain.next_version()), &value);
+        rowid
+    };
+    prune(&mut batch, rel, rowid, &chain);
+    chain.free();
+    write(rel, cf, &batch, "updating");
+    tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
+    pg_sys::pgstat_count_heap_update(rel, !moves, false);
+    if should_free {
+        pg_sys::heap_freetuple(tuple);
+    }
+    pg_sys::TM_Result::TM_Ok
+}
+
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn tuple_lock(
+    rel: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    cid: pg_sys::CommandId,
+    mode: pg_sys::LockTupleMode::Type,
+    wait_policy: pg_sys::LockWaitPolicy::Type,
+    flags: u8,
+    tmfd: *mut pg_sys::TM_FailureData,
+) -> pg_sys::TM_Result::Type {
+    use pg_sys::TM_Result::*;
+    let cf = cf_of(rel);
+    let find_last = u32::from(flags) & pg_sys::TUPLE_LOCK_FLAG_FIND_LAST_VERSION != 0;
+    let lock_mode = match mode {
+        pg_sys::LockTupleMode::LockTupleKeyShare | pg_sys::LockTupleMode::LockTupleShare => LockMode::Shared,
+        _ => LockMode::Exclusive,
+    };
+    let on_conflict = match wait_policy {
+        pg_sys::LockWaitPolicy::LockWaitSkip => OnConflict::Skip,
+        pg_sys::LockWaitPolicy::LockWaitError => OnConflict::Error,
+        _ => OnConflict::Wait,
+    };
+    (*tmfd).traversed = false;
+    let doing = format!("locking a row of {}", rel_name(rel));
+    // Each turn follows one "moved" link; a chain of moves is finite.
+    loop {
+        let Some(rowid) = rowid_from_tid(tid) else { return TM_Invisible };
+        let already = match lock_row(rel, cf, rowid, lock_mode, on_conflict, pg_sys::XLTW_Oper::XLTW_Lock) {
+            LockResult::Held { already } => already,
+            LockResult::Busy { .. } => return TM_WouldBlock,
+        };
+        let chain = read_locked_chain(rel, cf, rowid, &doing);
+        let Some(h) = chain.head() else {
+            chain.free();
+            return TM_Invisible;
+        };
+        let head = &chain.versions[h];
+        if head.creator == Creator::Current && head.header.cid >= cid {
+            fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
+            let r = if head.header.is_tombstone() { TM_SelfModified } else { TM_Invisible };
+            chain.free();
+            return r;
+        }
+        let seen = chain.visible(Reader::Snapshot(snapshot)) == Some(h);
+        let usable = seen || already || head.creator == Creator::Current || find_last;
+        if head.header.is_moved() && (find_last || !usable) {
+            fill_tmfd(tmfd, head.header.moved_to, head.header.xid, INVALID_COMMAND_ID);
+            if !find_last {
+                chain.free();
+                return TM_Updated;
+            }
+            tid_from_rowid(head.header.moved_to, &mut *tid);
+            (*tmfd).traversed = true;
+            chain.free();
+            continue;
+        }
+        if head.header.is_tombstone() {
+            fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+            chain.free();
+            return TM_Deleted;
+        }
+        if !usable {
+            fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
+            chain.free();
+            return TM_Updated;
+        }
+        if !seen && !already && head.creator != Creator::Current {
+            // FIND_LAST_VERSION: a later version than the snapshot's is locked.
+            (*tmfd).traversed = true;
+        }
+        let mut t = chain.tuple(rel, rowid, h);
+        let copy = pg_sys::heap_copytuple(&mut t);
+        chain.free();
+        if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
+            pg_sys::ExecStoreHeapTuple(copy, slot, true);
+        } else {
+            pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
+        }
+        return TM_Ok;
+    }
+}
+
+/// Follow "moved" links from `tid` to the row's current rowid.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn tuple_get_latest_tid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) {
+    let rel = (*scan).rs_rd;
+    let cf = cf_of(rel);
+    let doing = format!("following updates in {}", rel_name(rel));
+    while let Some(rowid) = rowid_from_tid(tid) {
+        let chain = Chain::read(cf, rowid, &doing);
+        let next = chain.head().map(|h| &chain.versions[h]).and_then(|v| {
+            (v.header.is_moved() && matches!(v.creator, Creator::Committed | Creator::Current)).then_some(v.header.moved_to)
+        });
+        chain.free();
+        match next {
+            Some(r) => tid_from_rowid(r, &mut *tid),
+            None => break,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The pgbench invariant on pasv tables: with default_table_access_method =
+# pasv, `pgbench -i -s SCALE` then `pgbench -c CLIENTS -j 2 -T SECONDS` must
+# finish with no failed transaction, and afterwards
+#   sum(accounts.abalance) = sum(tellers.tbalance) = sum(branches.bbalance)
+#                          = sum(history.delta)
+# (no update lost under concurrent writers), and every table must be pasv.
+# Usage: tests/pgbench_invariant.sh PG_BIN HOST PORT [SCALE CLIENTS SECONDS]
+# Exit 0 when the invariant holds; prints what it checked.
+set -euo pipefail
+pg_bin=$1 host=$2 port=$3 scale=${4:-10} clients=${5:-8} seconds=${6:-60}
+psql() { "$pg_bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$host" -p "$port" -U postgres -d pasv_pgbench "$@"; }
+
+"$pg_bin/psql" -X -q -h "$host" -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS pasv_pgbench" -c "CREATE DATABASE pasv_pgbench"
+psql -c "CREATE EXTENSION pasv" -c "ALTER DATABASE pasv_pgbench SET default_table_access_method = pasv"
+
+echo "pgbench -i -s $scale"
+"$pg_bin/pgbench" -i -q -s "$scale" -h "$host" -p "$port" -U postgres pasv_pgbench 2>&1 | grep -v "^WARNING\|^HINT\|pasv does not vacuum" || true
+ams=$(psql -c "SELECT string_agg(c.relname || '=' || a.amname, ' ' ORDER BY c.relname) FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.relname LIKE 'pgbench_%' AND c.relkind = 'r'")
+echo "tables: $ams"
+if grep -q "=heap" <<<"$ams"; then echo "FAIL: a pgbench table is not pasv"; exit 1; fi
+
+echo "pgbench -c $clients -j 2 -T $seconds"
+out=$("$pg_bin/pgbench" -n -c "$clients" -j 2 -T "$seconds" -h "$host" -p "$port" -U postgres pasv_pgbench 2>&1) || {
+  echo "$out"; echo "FAIL: pgbench exited non-zero"; exit 1; }
+grep -E "number of (transactions actually processed|failed transactions)|^tps|latency average" <<<"$out"
+failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
+processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+if [ "${failed:-x}" != 0 ]; then echo "FAIL: $failed failed transactions"; exit 1; fi
+if [ "${processed:-0}" -le 0 ]; then echo "FAIL: no transaction processed"; exit 1; fi
+
+sums=$(psql -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)
+                       || ' ' || (SELECT sum(bbalance) FROM pgbench_branches) || ' ' || (SELECT sum(delta) FROM pgbench_history)
+                       || ' ' || (SELECT count(*) FROM pgbench_history)")
+read -r a t b h n <<<"$sums"
+echo "sum(abalance)=$a sum(tbalance)=$t sum(bbalance)=$b sum(delta)=$h history rows=$n processed=$processed"
+if [ "$a" != "$t" ] || [ "$t" != "$b" ] || [ "$b" != "$h" ]; then echo "FAIL: balances disagree"; exit 1; fi
+if [ "$n" != "$processed" ]; then echo "FAIL: $n history rows for $processed transactions"; exit 1; fi
+accounts=$(psql -c "SELECT count(*) FROM pgbench_accounts")
+if [ "$accounts" != "$((scale * 100000))" ]; then echo "FAIL: $accounts accounts, expected $((scale * 100000))"; exit 1; fi
+echo "pgbench invariant holds"
