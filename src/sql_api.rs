@@ -2,6 +2,7 @@
 
 use crate::engine_client;
 use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
 use std::time::Instant;
 
 /// Round trips over this backend's channel slot: `n` pings (after 1000
@@ -86,4 +87,51 @@ fn column_families() -> TableIterator<
         }
     }
     TableIterator::new(rows)
+}
+
+/// Number of stored versions (live, dead and tombstones) of a pasv table:
+/// what VACUUM and pruning reduce. Reads the whole column family.
+#[pg_extern]
+fn table_versions(rel: pg_sys::Oid) -> i64 {
+    // SAFETY: the relation is opened and closed here with AccessShareLock.
+    unsafe {
+        let r = pg_sys::relation_open(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if !crate::tam::is_pasv(r) {
+            pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                "pasv.table_versions() needs a pasv table",
+                "Pass a table created USING pasv.",
+            );
+        }
+        let cf = crate::tam::cf_of(r);
+        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+        let mut buf = vec![0u8; cap];
+        let (mut start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
+        let mut count = 0i64;
+        loop {
+            let copied = match engine_client::scan_into(cf, &start, &end, 0, &mut buf) {
+                Ok(c) => c,
+                Err(e) => e.raise("counting versions"),
+            };
+            let Ok(pasv_am::protocol::Response::Entries { more, batch }) =
+                pasv_am::protocol::decode_response(&buf[..copied.len])
+            else {
+                crate::error::CallError::Unexpected("Scan").raise("counting versions")
+            };
+            count += batch.len() as i64;
+            let last = batch.iter().last().and_then(|(k, _)| pasv_am::keys::decode_row_key(k));
+            match last {
+                Some((rowid, version)) if more => {
+                    start = if version > 0 {
+                        pasv_am::keys::row_key(rowid, version - 1)
+                    } else {
+                        pasv_am::keys::row_key(rowid + 1, u32::MAX)
+                    };
+                }
+                _ => return count,
+            }
+        }
+    }
 }

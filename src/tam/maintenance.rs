@@ -5,24 +5,84 @@ use super::{cf_of, rel_name};
 use crate::{engine_client, error};
 use pasv_am::keys::ROWS_PER_BLOCK;
 use pgrx::pg_sys;
-use pgrx::PgSqlErrorCode;
 
-/// Not implemented yet (version chains, and with them dead versions, arrive
-/// with UPDATE/DELETE). Reported, never silently skipped: a WARNING to the
-/// user, a LOG line for autovacuum.
+/// VACUUM: one pass over the table's CF in batches. For each row it
+/// removes versions no snapshot can see (aborted ones, and all older than
+/// the newest version visible to every snapshot), removes whole rows whose
+/// visible-to-all head is a tombstone (and then their index entries, through
+/// each index's bulk-delete), freezes committed versions older than the
+/// freeze limit, and advances relfrozenxid.
+///
+/// Not WAL-logged yet: pasv logs no change before the durability work
+/// (DESIGN.md §4) lands.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn relation_vacuum(
     rel: pg_sys::Relation,
-    _params: *mut pg_sys::VacuumParams,
+    params: *mut pg_sys::VacuumParams,
     _bstrategy: pg_sys::BufferAccessStrategy,
 ) {
-    let message = format!("pasv does not vacuum tables yet; skipping {}", rel_name(rel));
-    let hint = "pasv tables are insert-only for now, so they hold no dead rows to remove.";
-    if pg_sys::MyBackendType == pg_sys::BackendType::B_AUTOVAC_WORKER {
-        pgrx::log!("{message}");
-    } else {
-        error::warn(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message, hint);
+    let mut cutoffs: pg_sys::VacuumCutoffs = std::mem::zeroed();
+    pg_sys::vacuum_get_cutoffs(rel, params, &mut cutoffs);
+    let doing = format!("vacuuming {}", rel_name(rel));
+    let report = super::vacuum::vacuum_rows(rel, &cutoffs, &doing);
+
+    // Index entries of removed rows.
+    if !report.dead_rowids.is_empty() {
+        let mut nindexes = 0;
+        let mut indexes: *mut pg_sys::Relation = std::ptr::null_mut();
+        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        pg_sys::vac_open_indexes(rel, lock, &mut nindexes, &mut indexes);
+        for i in 0..nindexes.max(0) as usize {
+            let mut info: pg_sys::IndexVacuumInfo = std::mem::zeroed();
+            info.index = *indexes.add(i);
+            info.heaprel = rel;
+            info.estimated_count = true;
+            info.message_level = pg_sys::DEBUG2 as i32;
+            info.num_heap_tuples = report.live_rows as f64;
+            let state = &report.dead_rowids as *const std::collections::HashSet<u64> as *mut std::ffi::c_void;
+            let stats = pg_sys::index_bulk_delete(&mut info, std::ptr::null_mut(), Some(rowid_removed), state);
+            pg_sys::index_vacuum_cleanup(&mut info, stats);
+        }
+        pg_sys::vac_close_indexes(nindexes, indexes, lock);
     }
+
+    let (blocks, _) = rowid_blocks(rel);
+    let mut frozen_updated = false;
+    let mut minmulti_updated = false;
+    pg_sys::vac_update_relstats(
+        rel,
+        blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber,
+        report.live_rows as f64,
+        0,
+        (*(*rel).rd_rel).relhasindex,
+        report.new_relfrozenxid,
+        pg_sys::MultiXactId::from(0u32), // InvalidMultiXactId: leave relminmxid alone
+        &mut frozen_updated,
+        &mut minmulti_updated,
+        false,
+    );
+    pg_sys::pgstat_report_vacuum((*rel).rd_id, false, report.live_rows as i64, report.removed_versions as i64);
+    let verbose = !params.is_null() && (*params).options & pg_sys::VACOPT_VERBOSE != 0;
+    let message = format!(
+        "pasv: vacuumed {}: {} live rows, {} dead versions and {} dead rows removed, {} versions frozen",
+        rel_name(rel),
+        report.live_rows,
+        report.removed_versions,
+        report.dead_rowids.len(),
+        report.frozen_versions
+    );
+    if verbose {
+        pgrx::info!("{message}");
+    } else {
+        pgrx::debug1!("{message}");
+    }
+}
+
+/// Index bulk-delete callback: is this TID a row VACUUM removed? Runs inside
+/// index AM code: plain Rust, no PostgreSQL calls, no panics.
+unsafe extern "C-unwind" fn rowid_removed(tid: pg_sys::ItemPointer, state: *mut std::ffi::c_void) -> bool {
+    let removed = &*(state as *const std::collections::HashSet<u64>);
+    super::rowid_from_tid(tid).is_some_and(|r| removed.contains(&r))
 }
 
 /// ANALYZE in PostgreSQL 16 samples `RelationGetNumberOfBlocks` blocks of
@@ -146,8 +206,8 @@ pub unsafe extern "C-unwind" fn relation_size(rel: pg_sys::Relation, fork: pg_sy
 }
 
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn relation_needs_toast_table(_rel: pg_sys::Relation) -> bool {
-    false
+pub unsafe extern "C-unwind" fn relation_needs_toast_table(rel: pg_sys::Relation) -> bool {
+    super::toast::needs_toast_table(rel)
 }
 
 #[pgrx::pg_guard]
@@ -164,7 +224,10 @@ pub unsafe extern "C-unwind" fn relation_fetch_toast_slice(
     _slicelength: i32,
     _result: *mut pg_sys::varlena,
 ) {
-    error::not_supported("TOAST tables", "pasv tables keep whole rows inline; no TOAST table uses pasv.");
+    error::not_supported(
+        "TOAST tables using pasv",
+        "pasv tables keep their large values in a heap TOAST table; no TOAST table uses pasv itself.",
+    );
 }
 
 /// Pages and rows from the rowids allocated so far (an upper bound on rows:

@@ -12,6 +12,8 @@ mod modify;
 mod rowops;
 mod scan;
 mod stream;
+mod toast;
+mod vacuum;
 mod visibility;
 
 use pasv_am::protocol::CfRef;

@@ -24,9 +24,11 @@ const HINT_WRITES: &str = "Use a plain INSERT, or a heap table for upserts meanw
 unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) {
     let cf = cf_of(rel);
     let mut should_free = false;
-    let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    let slot_tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
     (*slot).tts_tableOid = (*rel).rd_id;
-    (*tuple).t_tableOid = (*rel).rd_id;
+    (*slot_tuple).t_tableOid = (*rel).rd_id;
+    // The stored tuple may be a toasted copy; the slot keeps the original.
+    let tuple = super::toast::prepare(rel, slot_tuple, std::ptr::null_mut());
 
     let rowid = match engine_client::next_rowid(cf) {
         Ok(r) => r,
@@ -45,6 +47,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
     (*h).t_choice.t_heap.t_field3.t_cid = cid;
     (*h).t_ctid = (*tuple).t_self;
+    (*slot_tuple).t_self = (*tuple).t_self;
     (*slot).tts_tid = (*tuple).t_self;
 
     let tuple_bytes = std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize);
@@ -73,8 +76,11 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         e.raise(&format!("inserting into {}", rel_name(rel)));
     }
     crate::xact::mark_written();
-    if should_free {
+    if tuple != slot_tuple {
         pg_sys::heap_freetuple(tuple);
+    }
+    if should_free {
+        pg_sys::heap_freetuple(slot_tuple);
     }
 }
 

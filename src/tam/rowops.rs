@@ -30,14 +30,14 @@ extern "C" {
 const INVALID_COMMAND_ID: pg_sys::CommandId = u32::MAX;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Creator {
+pub(super) enum Creator {
     Current,
     InProgress,
     Committed,
     Aborted,
 }
 
-unsafe fn creator_of(h: &RowHeader) -> Creator {
+pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
     if h.is_frozen() {
         return Creator::Committed;
     }
@@ -442,7 +442,9 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let chain = read_locked_chain(rel, cf, rowid, &doing);
     let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => r,
-        Check::Proceed(_) => {
+        Check::Proceed(h) => {
+            let mut old = chain.tuple(rel, rowid, h);
+            super::toast::delete_external(rel, &mut old);
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
             let mut batch = BatchBuilder::new();
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
@@ -493,11 +495,13 @@ pub unsafe extern "C-unwind" fn tuple_update(
     };
 
     let mut should_free = false;
-    let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
+    let slot_tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
     (*slot).tts_tableOid = (*rel).rd_id;
-    (*tuple).t_tableOid = (*rel).rd_id;
+    (*slot_tuple).t_tableOid = (*rel).rd_id;
     let mut old = chain.tuple(rel, rowid, h);
     let moves = has_after_update_row_triggers(rel) || indexed_columns_change(rel, &mut old, slot);
+    // Large values go to TOAST; unchanged ones are shared with the old version.
+    let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
     let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
     if HEADER_LEN + (*tuple).t_len as usize > limit {
@@ -531,9 +535,13 @@ pub unsafe extern "C-unwind" fn tuple_update(
     chain.free();
     write(rel, cf, &batch, "updating");
     tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
+    (*slot_tuple).t_self = (*slot).tts_tid;
     pg_sys::pgstat_count_heap_update(rel, !moves, false);
-    if should_free {
+    if tuple != slot_tuple {
         pg_sys::heap_freetuple(tuple);
+    }
+    if should_free {
+        pg_sys::heap_freetuple(slot_tuple);
     }
     pg_sys::TM_Result::TM_Ok
 }

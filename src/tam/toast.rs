@@ -1,0 +1,70 @@
+//! Large values: pasv tables keep rows inline up to `INLINE_LIMIT` bytes and
+//! hand larger ones to PostgreSQL's toaster, whose TOAST relation is an
+//! ordinary heap table (so its chunks are WAL-logged and vacuumed as heap's).
+//!
+//! Why TOAST rather than chunking rows over the channel: values stay
+//! compressible and individually fetchable (substring of a large text reads
+//! only its chunks), unchanged large values are shared between versions on
+//! UPDATE, and old versions' chunks are deleted transactionally, exactly as
+//! for heap tables. The channel then only ever carries rows of a few kB.
+
+use pgrx::pg_sys;
+
+extern "C" {
+    // access/heaptoast.h; not in pgrx's PG16 bindings.
+    fn heap_toast_insert_or_update(
+        rel: pg_sys::Relation,
+        newtup: pg_sys::HeapTuple,
+        oldtup: pg_sys::HeapTuple,
+        options: i32,
+    ) -> pg_sys::HeapTuple;
+    fn heap_toast_delete(rel: pg_sys::Relation, oldtup: pg_sys::HeapTuple, is_speculative: bool);
+}
+
+/// Rows up to this size stay inline in RocksDB; larger ones are toasted
+/// down to PostgreSQL's TOAST target (about 2 kB).
+pub const INLINE_LIMIT: usize = 16 * 1024;
+
+/// A table needs a TOAST relation when a column can hold a varlena that is
+/// not stored PLAIN (heap's rule, without its width arithmetic).
+///
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn needs_toast_table(rel: pg_sys::Relation) -> bool {
+    let desc = (*rel).rd_att;
+    (0..(*desc).natts as usize).any(|i| {
+        let att = &*(*desc).attrs.as_ptr().add(i);
+        !att.attisdropped && att.attlen < 0 && att.attstorage as u8 != pg_sys::TYPSTORAGE_PLAIN
+    })
+}
+
+unsafe fn has_external(tuple: pg_sys::HeapTuple) -> bool {
+    (*(*tuple).t_data).t_infomask & pg_sys::HEAP_HASEXTERNAL as u16 != 0
+}
+
+/// The tuple to store for `tuple` (a new version of `old`, if any): the
+/// same pointer when no toasting is needed, else a new palloc'd tuple whose
+/// large values live in the TOAST relation. Values pointing into another
+/// table's TOAST relation are always copied into ours.
+///
+/// # Safety
+/// `rel` open; `tuple` (and `old`, if not null) valid heap tuples of `rel`.
+pub unsafe fn prepare(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, old: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
+    let old_external = !old.is_null() && has_external(old);
+    if has_external(tuple) || old_external || (*tuple).t_len as usize > INLINE_LIMIT {
+        heap_toast_insert_or_update(rel, tuple, old, 0)
+    } else {
+        tuple
+    }
+}
+
+/// Delete the TOAST chunks of a deleted row version (transactionally: older
+/// snapshots still read them until the TOAST table is vacuumed).
+///
+/// # Safety
+/// `rel` open; `old` a valid heap tuple of `rel`.
+pub unsafe fn delete_external(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
+    if has_external(old) {
+        heap_toast_delete(rel, old, false);
+    }
+}

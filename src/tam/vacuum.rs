@@ -1,0 +1,180 @@
+//! The row pass of VACUUM: decides, row by row, which versions no snapshot
+//! can see any more, which rows are gone for everyone, and which versions
+//! to freeze, and writes those changes back in batches.
+
+use super::rowops::{creator_of, Creator};
+use super::cf_of;
+use crate::{engine_client, error};
+use pasv_am::keys;
+use pasv_am::protocol::{self, BatchBuilder, Response};
+use pasv_am::row::{RowHeader, FLAG_FROZEN, HEADER_LEN};
+use pgrx::pg_sys;
+use std::collections::HashSet;
+
+pub struct VacuumReport {
+    pub live_rows: u64,
+    pub removed_versions: u64,
+    pub frozen_versions: u64,
+    /// Rows removed entirely: their index entries must go too.
+    pub dead_rowids: HashSet<u64>,
+    pub new_relfrozenxid: pg_sys::TransactionId,
+}
+
+struct Version {
+    version: u32,
+    header: RowHeader,
+    creator: Creator,
+    /// The stored value, kept only when the version may be frozen.
+    value: Option<Vec<u8>>,
+}
+
+struct Pass {
+    rel: pg_sys::Relation,
+    oldest_xmin: pg_sys::TransactionId,
+    freeze_limit: pg_sys::TransactionId,
+    batch: BatchBuilder,
+    report: VacuumReport,
+}
+
+unsafe fn precedes(xid: u64, limit: pg_sys::TransactionId) -> bool {
+    pg_sys::TransactionIdPrecedes(pg_sys::TransactionId::from(xid as u32), limit)
+}
+
+impl Pass {
+    unsafe fn push(&mut self, key: &[u8], value: &[u8], doing: &str) {
+        if self.batch.encoded_len() + engine_client::entry_cost(key, value) > engine_client::batch_capacity() {
+            self.flush(doing);
+        }
+        if let Err(e) = self.batch.push(key, value) {
+            error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: {doing}: {e}"), "This is a bug in pasv.");
+        }
+    }
+
+    unsafe fn flush(&mut self, doing: &str) {
+        if self.batch.is_empty() {
+            return;
+        }
+        if let Err(e) = engine_client::put_batch_now(cf_of(self.rel), &self.batch) {
+            e.raise(doing);
+        }
+        self.batch.clear();
+    }
+
+    /// Decide one row (all its versions, newest first).
+    unsafe fn row(&mut self, rowid: u64, versions: &[Version], doing: &str) {
+        let all_visible = versions.iter().position(|v| {
+            v.creator == Creator::Committed && (v.header.is_frozen() || precedes(v.header.xid, self.oldest_xmin))
+        });
+        let head = versions.iter().position(|v| v.creator != Creator::Aborted);
+        // Gone for everyone: no live creator at all, or a visible-to-all tombstone on top.
+        let row_dead = match (head, all_visible) {
+            (None, _) => true,
+            (Some(h), Some(k)) => h == k && versions[k].header.is_tombstone(),
+            _ => false,
+        };
+        for (i, v) in versions.iter().enumerate() {
+            let dead = row_dead || v.creator == Creator::Aborted || all_visible.is_some_and(|k| i > k);
+            let key = keys::row_key(rowid, v.version);
+            if dead {
+                self.push(&key, &[], doing);
+                self.report.removed_versions += 1;
+                continue;
+            }
+            let xid = v.header.xid;
+            if v.creator == Creator::Committed && !v.header.is_frozen() && precedes(xid, self.freeze_limit) {
+                if let Some(value) = &v.value {
+                    let mut frozen = value.clone();
+                    let mut header = v.header;
+                    header.flags |= FLAG_FROZEN;
+                    frozen[..HEADER_LEN].copy_from_slice(&header.encode());
+                    self.push(&key, &frozen, doing);
+                    self.report.frozen_versions += 1;
+                    continue;
+                }
+            }
+            if !v.header.is_frozen() && precedes(xid, self.report.new_relfrozenxid) {
+                self.report.new_relfrozenxid = pg_sys::TransactionId::from(xid as u32);
+            }
+        }
+        if row_dead {
+            self.report.dead_rowids.insert(rowid);
+        } else if head.is_some_and(|h| !versions[h].header.is_tombstone()) {
+            self.report.live_rows += 1;
+        }
+    }
+}
+
+/// Walk every version of `rel`'s CF and apply VACUUM's decisions.
+///
+/// # Safety
+/// Backend inside VACUUM's transaction; `rel` open with VACUUM's lock.
+pub unsafe fn vacuum_rows(rel: pg_sys::Relation, cutoffs: &pg_sys::VacuumCutoffs, doing: &str) -> VacuumReport {
+    let cf = cf_of(rel);
+    let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+    let buf = pg_sys::palloc(cap) as *mut u8;
+    let mut pass = Pass {
+        rel,
+        oldest_xmin: cutoffs.OldestXmin,
+        freeze_limit: cutoffs.FreezeLimit,
+        batch: BatchBuilder::new(),
+        report: VacuumReport {
+            live_rows: 0,
+            removed_versions: 0,
+            frozen_versions: 0,
+            dead_rowids: HashSet::new(),
+            new_relfrozenxid: cutoffs.OldestXmin,
+        },
+    };
+    let (mut start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    let mut current: Option<u64> = None;
+    let mut versions: Vec<Version> = Vec::new();
+    // Bounded by the table: each turn starts past the previous batch's last key.
+    loop {
+        pg_sys::vacuum_delay_point();
+        let dest = std::slice::from_raw_parts_mut(buf, cap);
+        let copied = match engine_client::scan_into(cf, &start, &end, 0, dest) {
+            Ok(c) => c,
+            Err(e) => e.raise(doing),
+        };
+        let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
+        let (more, batch) = match protocol::decode_response(bytes) {
+            Ok(Response::Entries { more, batch }) => (more, batch),
+            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
+        };
+        let mut last = None;
+        for (key, value) in batch.iter() {
+            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
+            last = Some((rowid, version));
+            if current != Some(rowid) {
+                if let Some(r) = current {
+                    pass.row(r, &versions, doing);
+                }
+                versions.clear();
+                current = Some(rowid);
+            }
+            let header = match RowHeader::decode(value) {
+                Ok((h, _)) => h,
+                Err(e) => error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            let creator = creator_of(&header);
+            let freezable = creator == Creator::Committed && !header.is_frozen() && precedes(header.xid, pass.freeze_limit);
+            versions.push(Version { version, header, creator, value: freezable.then(|| value.to_vec()) });
+        }
+        match last {
+            Some((rowid, version)) if more => {
+                start = if version > 0 { keys::row_key(rowid, version - 1) } else { keys::row_key(rowid + 1, u32::MAX) };
+            }
+            _ => break,
+        }
+    }
+    if let Some(r) = current {
+        pass.row(r, &versions, doing);
+    }
+    pass.flush(doing);
+    pg_sys::pfree(buf as *mut _);
+    pass.report
+}
