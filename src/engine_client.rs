@@ -146,10 +146,17 @@ pub struct ScanCopied {
 /// Scan `[start, end)` and copy the raw answer (a `Response::Entries`) into
 /// `dest`, which must be at least the channel buffer size. The caller decodes
 /// it with `protocol::decode_response` from its own memory.
-pub fn scan_into(cf: CfRef, start: &[u8], end: &[u8], max_entries: u32, dest: &mut [u8]) -> Result<ScanCopied, CallError> {
+pub fn scan_into(
+    cf: CfRef,
+    start: &[u8],
+    end: &[u8],
+    max_entries: u32,
+    per_row: u32,
+    dest: &mut [u8],
+) -> Result<ScanCopied, CallError> {
     flush_pending()?;
     let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
-    let req = Request::Scan { cf, start, end, max_entries };
+    let req = Request::Scan { cf, start, end, max_entries, per_row };
     client::call(
         |out| {
             protocol::encode_request(&req, out)

@@ -111,7 +111,7 @@ fn table_versions(rel: pg_sys::Oid) -> i64 {
         let (mut start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
         let mut count = 0i64;
         loop {
-            let copied = match engine_client::scan_into(cf, &start, &end, 0, &mut buf) {
+            let copied = match engine_client::scan_into(cf, &start, &end, 0, 0, &mut buf) {
                 Ok(c) => c,
                 Err(e) => e.raise("counting versions"),
             };

@@ -42,7 +42,7 @@ use rocksdb::{
 use thiserror::Error;
 
 use crate::cf_name::{TableCf, META_CF};
-use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+use crate::keys::{decode_row_key, row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
 use crate::protocol::{CfRef, EntryBatch, ErrorCode, LockMode, ProtocolError, ScanWriter};
 use crate::row_locks::RowLockTable;
 
@@ -410,6 +410,23 @@ impl Engine {
         end: &[u8],
         out: &mut ScanWriter<'_>,
     ) -> Result<bool, EngineError> {
+        self.scan_rows(cf, start, end, 0, out)
+    }
+
+    /// As [`Engine::scan`], returning at most `per_row` entries of each rowid
+    /// (0: all): after them the iterator *seeks* to the next rowid, so a
+    /// row's older versions, and the delete markers that pruning leaves
+    /// behind them until compaction, are never stepped over one by one.
+    /// The answer never steps past its last entry either (`more` may then
+    /// be true with nothing left).
+    pub fn scan_rows(
+        &self,
+        cf: CfRef,
+        start: &[u8],
+        end: &[u8],
+        per_row: u32,
+        out: &mut ScanWriter<'_>,
+    ) -> Result<bool, EngineError> {
         let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
         let handle = self.handle(cf, &entry)?;
         if start >= end {
@@ -419,10 +436,9 @@ impl Engine {
         read_options.set_iterate_upper_bound(end);
         let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
         iter.seek(start);
+        let mut row: Option<u64> = None;
+        let mut in_row = 0u32;
         while let Some((key, value)) = iter.item() {
-            if out.is_full() {
-                return Ok(true);
-            }
             if !out.try_push(key, value) {
                 if out.is_empty() {
                     return Err(EngineError::EntryTooLarge {
@@ -431,6 +447,26 @@ impl Engine {
                     });
                 }
                 return Ok(true);
+            }
+            if out.is_full() {
+                return Ok(true);
+            }
+            let rowid = decode_row_key(key).map(|(r, _)| r);
+            if per_row > 0 && rowid.is_some() {
+                if rowid != row {
+                    row = rowid;
+                    in_row = 0;
+                }
+                in_row += 1;
+                if in_row >= per_row {
+                    match rowid {
+                        Some(r) if r < MAX_ROWID => {
+                            iter.seek(row_key(r + 1, u32::MAX));
+                            continue;
+                        }
+                        _ => break,
+                    }
+                }
             }
             iter.next();
         }
@@ -744,7 +780,7 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::{config, open, TempDir};
     use super::*;
-    use crate::keys::{row_key, row_range};
+    use crate::keys::row_range;
     use crate::protocol::{decode_response, BatchBuilder, Response};
     use crate::row::RowHeader;
 
@@ -844,12 +880,48 @@ mod tests {
         // The count limit alone, and a sub-range.
         let (rows, rounds) = scan_all(&engine, T, &start, &end, 1 << 20, 100);
         assert_eq!(rows.len(), 1000);
-        assert_eq!(rounds, 10, "the last batch of 100 knows nothing follows");
+        // A full batch does not step past its last entry: one more round
+        // learns that nothing follows.
+        assert_eq!(rounds, 11);
         let (lo, hi) = row_range(10, 20);
         let (rows, _) = scan_all(&engine, T, &lo, &hi, 1 << 20, 0);
         assert_eq!(rowids_of(&rows), (10..20).collect::<Vec<_>>());
         let (rows, _) = scan_all(&engine, T, &hi, &lo, 1 << 20, 0);
         assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn per_row_limit_returns_the_newest_versions_of_each_row() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        // Rows 0..5 with versions 0..=3; row 2's older versions deleted.
+        let mut batch = BatchBuilder::new();
+        for rowid in 0..5u64 {
+            for version in 0..4u32 {
+                batch.push(&row_key(rowid, version), &value(rowid, 8)).unwrap();
+            }
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 0..3u32 {
+            batch.push(&row_key(2, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let mut out = vec![0u8; 1 << 16];
+        for (per_row, expect) in [(1u32, vec![(0, 3), (1, 3), (2, 3), (3, 3), (4, 3)]),
+                                  (2, vec![(0, 3), (0, 2), (1, 3), (1, 2), (2, 3), (3, 3), (3, 2), (4, 3), (4, 2)])] {
+            let mut writer = ScanWriter::new(&mut out, 0);
+            let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
+            let len = writer.finish(more);
+            let Response::Entries { more, batch } = decode_response(&out[..len]).unwrap() else {
+                panic!("not Entries")
+            };
+            assert!(!more);
+            let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+            assert_eq!(keys, expect, "per_row {per_row}");
+        }
     }
 
     #[test]

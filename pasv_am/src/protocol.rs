@@ -177,11 +177,16 @@ pub enum Request<'a> {
     },
     /// Entries with keys in `[start, end)`, ascending; answered by
     /// [`Response::Entries`]. `max_entries` 0 means no count limit.
+    /// `per_row` > 0 returns at most that many entries (the newest versions)
+    /// of each rowid and then seeks to the next rowid, never stepping over a
+    /// row's older versions or the delete markers pruning left behind them;
+    /// 0 means every entry.
     Scan {
         cf: CfRef,
         start: &'a [u8],
         end: &'a [u8],
         max_entries: u32,
+        per_row: u32,
     },
     /// Answered by [`Response::CfInfo`].
     CfInfo(CfRef),
@@ -601,8 +606,9 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     let body = &mut out[REQUEST_HEADER_LEN..];
     match *request {
         Request::PutBatch { batch, .. } => body.copy_from_slice(batch.bytes),
-        Request::Scan { start, end, .. } => {
+        Request::Scan { start, end, per_row, .. } => {
             body[..SCAN_BOUNDS_LEN].fill(0);
+            body[4..8].copy_from_slice(&per_row.to_le_bytes());
             body[0..2].copy_from_slice(&(start.len() as u16).to_le_bytes());
             body[2..4].copy_from_slice(&(end.len() as u16).to_le_bytes());
             let (s, e) = body[SCAN_BOUNDS_LEN..].split_at_mut(start.len());
@@ -664,7 +670,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
             let base = REQUEST_HEADER_LEN;
             let start_len = read_u16(body, 0, base)? as usize;
             let end_len = read_u16(body, 2, base)? as usize;
-            check_zero(body, 4..SCAN_BOUNDS_LEN, base)?;
+            let per_row = read_u32(body, 4, base)?;
             need(buf, base + SCAN_BOUNDS_LEN + start_len + end_len)?;
             let bounds = &body[SCAN_BOUNDS_LEN..];
             let (start, rest) = bounds.split_at(start_len);
@@ -673,6 +679,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
                 start,
                 end: &rest[..end_len],
                 max_entries: arg,
+                per_row,
             }
         }
         op::CF_INFO => Request::CfInfo(cf),
@@ -1023,12 +1030,14 @@ mod tests {
                 start: b"abc",
                 end: &[0xFF; 3],
                 max_entries: 64,
+                per_row: 0,
             },
             Request::Scan {
                 cf: cf(),
                 start: b"",
                 end: b"",
                 max_entries: 0,
+                per_row: 0,
             },
             Request::CfInfo(cf()),
             Request::FlushAll,

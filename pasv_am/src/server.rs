@@ -91,9 +91,10 @@ fn execute(
             start,
             end,
             max_entries,
+            per_row,
         } => {
             let mut writer = ScanWriter::new(response, max_entries);
-            let more = engine.scan(cf, start, end, &mut writer)?;
+            let more = engine.scan_rows(cf, start, end, per_row, &mut writer)?;
             return Ok(writer.finish(more));
         }
         Request::CfInfo(cf) => {
@@ -214,6 +215,7 @@ mod tests {
                     start: &start,
                     end: &end,
                     max_entries: 7,
+                    per_row: 0,
                 },
                 512,
             );
@@ -342,6 +344,7 @@ mod tests {
                 start: &start,
                 end: &end,
                 max_entries: 0,
+                per_row: 0,
             },
             256,
         );
@@ -408,6 +411,7 @@ mod tests {
                 start: &start,
                 end: &end,
                 max_entries: 3,
+                per_row: 0,
             },
             Request::AllocRowids { cf: T, count: 2 },
             Request::CfInfo(T),

@@ -63,8 +63,9 @@ struct Version {
     tuple_len: usize,
 }
 
-/// Every version of one row, newest first, in palloc'd copies of the
-/// engine's answers (a long chain takes several).
+/// The newest versions of one row (down to the first whose creator did not
+/// abort, and one more), newest first, in palloc'd copies of the engine's
+/// answers. Older versions are left to the next update's pruning or VACUUM.
 struct Chain {
     bufs: Vec<*mut u8>,
     versions: Vec<Version>,
@@ -80,7 +81,10 @@ impl Chain {
             let buf = pg_sys::palloc(cap) as *mut u8;
             chain.bufs.push(buf);
             let dest = std::slice::from_raw_parts_mut(buf, cap);
-            let copied = match engine_client::scan_into(cf, &start, &end, 0, dest) {
+            // Two entries a page: the head and the one after it are all an
+            // update needs; reading exactly that never steps over the
+            // delete markers pruning leaves behind a row's live versions.
+            let copied = match engine_client::scan_into(cf, &start, &end, 2, 0, dest) {
                 Ok(c) => c,
                 Err(e) => e.raise(doing),
             };
@@ -110,8 +114,13 @@ impl Chain {
                 });
                 last_version = Some(version);
             }
+            let head_and_one_more = chain
+                .versions
+                .iter()
+                .position(|v| v.creator != Creator::Aborted)
+                .is_some_and(|h| chain.versions.len() > h + 1);
             match last_version {
-                Some(v) if more && v > 0 => start = keys::row_key(rowid, v - 1),
+                Some(v) if more && v > 0 && !head_and_one_more => start = keys::row_key(rowid, v - 1),
                 _ => return chain,
             }
         }

@@ -21,6 +21,7 @@ use pgrx::pg_sys;
 #[derive(Clone, Copy)]
 struct EntryPos {
     rowid: u64,
+    version: u32,
     value_off: u32,
     value_len: u32,
 }
@@ -46,6 +47,10 @@ pub struct RowStream {
     decided: Option<u64>,
     /// Dirty snapshots: an in-progress deleter of the current row.
     pending_delete: pg_sys::TransactionId,
+    /// The oldest version of the current row seen so far.
+    group_last_version: u32,
+    /// The current row was already read on past its first answer.
+    rewound: bool,
 }
 
 /// A resolved row: the visible version's tuple bytes (inside the stream's
@@ -77,6 +82,8 @@ impl RowStream {
             group: None,
             decided: None,
             pending_delete: pg_sys::InvalidTransactionId,
+            group_last_version: 0,
+            rewound: false,
         }
     }
 
@@ -104,13 +111,16 @@ impl RowStream {
         self.more = lo < hi;
         self.group = None;
         self.decided = None;
+        self.rewound = false;
     }
 
     /// Fetch the next batch from `next_start`.
     unsafe fn fetch(&mut self, doing: &str) {
         // SAFETY: buf has buf_cap bytes, allocated in new().
         let dest = std::slice::from_raw_parts_mut(self.buf, self.buf_cap);
-        let copied = match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, dest) {
+        // One version per row: the newest decides nearly always; the stream
+        // asks for a row's older versions only while it is undecided.
+        let copied = match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, 1, dest) {
             Ok(c) => c,
             Err(e) => e.raise(doing),
         };
@@ -125,9 +135,10 @@ impl RowStream {
             if n == self.index_cap {
                 break;
             }
-            let Some((rowid, _version)) = keys::decode_row_key(key) else { continue };
+            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
             *self.index.add(n) = EntryPos {
                 rowid,
+                version,
                 value_off: (value.as_ptr() as usize - self.buf as usize) as u32,
                 value_len: value.len() as u32,
             };
@@ -159,25 +170,34 @@ impl RowStream {
         let skip_tombstones = visibility::skips_tombstones(reader);
         loop {
             if self.pos >= self.count {
-                if !self.more {
+                if !self.more && !self.read_on_undecided() {
                     return None;
                 }
                 self.fetch(doing);
-                if self.count == 0 {
+                if self.count == 0 && !self.read_on_undecided() {
                     return None;
+                }
+                if self.count == 0 {
+                    continue;
                 }
             }
             let e = *self.index.add(self.pos);
-            self.pos += 1;
             if self.decided == Some(e.rowid) {
+                self.pos += 1;
                 continue;
             }
             if self.group != Some(e.rowid) {
+                if self.read_on_undecided() {
+                    continue;
+                }
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
                 self.pending_delete = pg_sys::InvalidTransactionId;
                 visibility::begin_row(reader);
             }
+            self.pos += 1;
+            self.rewound = false;
+            self.group_last_version = e.version;
             let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
             let header = match RowHeader::decode(value) {
                 Ok((h, _)) => h,
@@ -216,6 +236,23 @@ impl RowStream {
                 tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
                 tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
             });
+        }
+    }
+
+    /// The current row is undecided and the engine returned only its newest
+    /// version(s): arrange for the next fetch to read on into its older
+    /// ones (once per answer; if none come back, it has no visible
+    /// version). True when a fetch is due.
+    fn read_on_undecided(&mut self) -> bool {
+        match self.group {
+            Some(row) if !self.rewound && self.group_last_version > 0 => {
+                self.next_start = keys::row_key(row, self.group_last_version - 1);
+                self.pos = self.count;
+                self.more = true;
+                self.rewound = true;
+                true
+            }
+            _ => false,
         }
     }
 

@@ -132,7 +132,7 @@ pub unsafe fn vacuum_rows(rel: pg_sys::Relation, cutoffs: &pg_sys::VacuumCutoffs
     loop {
         pg_sys::vacuum_delay_point();
         let dest = std::slice::from_raw_parts_mut(buf, cap);
-        let copied = match engine_client::scan_into(cf, &start, &end, 0, dest) {
+        let copied = match engine_client::scan_into(cf, &start, &end, 0, 0, dest) {
             Ok(c) => c,
             Err(e) => e.raise(doing),
         };
