@@ -3,11 +3,6 @@
 CREATE TABLE e (id int PRIMARY KEY, v text) USING pasv;
 INSERT INTO e VALUES (1, 'a'), (2, 'b');
 
--- A conflicting row is skipped by the pre-check, as on heap ...
-INSERT INTO e VALUES (1, 'c') ON CONFLICT (id) DO NOTHING;
--- ... a new one needs speculative insertion, which pasv lacks yet.
-INSERT INTO e VALUES (10, 'c') ON CONFLICT (id) DO NOTHING;
-\echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM e TABLESAMPLE SYSTEM (50);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 VACUUM FULL e;

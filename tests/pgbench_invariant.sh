@@ -39,3 +39,25 @@ if [ "$n" != "$processed" ]; then echo "FAIL: $n history rows for $processed tra
 accounts=$(psql -c "SELECT count(*) FROM pgbench_accounts")
 if [ "$accounts" != "$((scale * 100000))" ]; then echo "FAIL: $accounts accounts, expected $((scale * 100000))"; exit 1; fi
 echo "pgbench invariant holds"
+
+# Concurrent upserts: every committed transaction adds exactly 1 to one of
+# five counters (INSERT ... ON CONFLICT DO UPDATE from several clients).
+psql -c "CREATE TABLE upsert_counters (k int PRIMARY KEY, n bigint NOT NULL)"
+script=$(mktemp)
+trap 'rm -f "$script"' EXIT
+printf '%s\n' '\set k random(1, 5)' \
+  'INSERT INTO upsert_counters VALUES (:k, 1) ON CONFLICT (k) DO UPDATE SET n = upsert_counters.n + 1;' >"$script"
+upsert_seconds=$(( seconds < 10 ? seconds : 10 ))
+echo "pgbench upserts: 4 clients, $upsert_seconds s"
+out=$("$pg_bin/pgbench" -n -f "$script" -c 4 -j 2 -T "$upsert_seconds" --max-tries=50 -h "$host" -p "$port" -U postgres pasv_pgbench 2>&1) || {
+  echo "$out"; echo "FAIL: upsert pgbench exited non-zero"; exit 1; }
+failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
+processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+retried=$(sed -n 's/^number of transactions retried: \([0-9]*\).*/\1/p' <<<"$out")
+total=$(psql -c "SELECT coalesce(sum(n), 0) FROM upsert_counters")
+keys=$(psql -c "SELECT count(*) FROM upsert_counters")
+echo "upserts: processed=$processed failed=${failed:-?} retried=${retried:-0} sum(n)=$total keys=$keys"
+if [ "${failed:-x}" != 0 ]; then echo "$out"; echo "FAIL: $failed failed upsert transactions"; exit 1; fi
+if [ "$total" != "$processed" ]; then echo "FAIL: counters add up to $total, $processed transactions committed"; exit 1; fi
+if [ "$keys" -gt 5 ]; then echo "FAIL: $keys counters for 5 keys"; exit 1; fi
+echo "upsert counters add up"

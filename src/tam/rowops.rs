@@ -597,12 +597,23 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         let head = &chain.versions[h];
         if head.creator == Creator::Current && head.header.cid >= cid {
             fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
-            let r = if head.header.is_tombstone() { TM_SelfModified } else { TM_Invisible };
+            if head.header.is_tombstone() {
+                chain.free();
+                return TM_SelfModified;
+            }
+            // Inserted by this very command (e.g. the same key twice in one
+            // INSERT ... ON CONFLICT DO UPDATE): the executor reads its xmin
+            // from the slot to report it, as with heap.
+            store_copy(&chain, rel, rowid, h, slot);
             chain.free();
-            return r;
+            return TM_Invisible;
         }
         let seen = chain.visible(Reader::Snapshot(snapshot)) == Some(h);
-        let usable = seen || already || head.creator == Creator::Current || find_last;
+        // READ COMMITTED callers lock the row's latest version, as heap does
+        // for a TID found through a dirty snapshot (INSERT ... ON CONFLICT);
+        // REPEATABLE READ and SERIALIZABLE get TM_Updated and fail.
+        let read_committed = pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32;
+        let usable = seen || already || head.creator == Creator::Current || find_last || read_committed;
         if head.header.is_moved() && (find_last || !usable) {
             fill_tmfd(tmfd, head.header.moved_to, head.header.xid, INVALID_COMMAND_ID);
             if !find_last {
@@ -624,19 +635,24 @@ pub unsafe extern "C-unwind" fn tuple_lock(
             chain.free();
             return TM_Updated;
         }
-        if !seen && !already && head.creator != Creator::Current {
+        if !seen && !already && head.creator != Creator::Current && find_last {
             // FIND_LAST_VERSION: a later version than the snapshot's is locked.
             (*tmfd).traversed = true;
         }
-        let mut t = chain.tuple(rel, rowid, h);
-        let copy = pg_sys::heap_copytuple(&mut t);
+        store_copy(&chain, rel, rowid, h, slot);
         chain.free();
-        if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
-            pg_sys::ExecStoreHeapTuple(copy, slot, true);
-        } else {
-            pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
-        }
         return TM_Ok;
+    }
+}
+
+/// Store a copy of version `i` in `slot` (the slot owns it).
+unsafe fn store_copy(chain: &Chain, rel: pg_sys::Relation, rowid: u64, i: usize, slot: *mut pg_sys::TupleTableSlot) {
+    let mut t = chain.tuple(rel, rowid, i);
+    let copy = pg_sys::heap_copytuple(&mut t);
+    if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
+        pg_sys::ExecStoreHeapTuple(copy, slot, true);
+    } else {
+        pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
     }
 }
 
