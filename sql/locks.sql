@@ -44,6 +44,7 @@ DO $$ BEGIN
     FOR i IN 1..500 LOOP
         EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
         PERFORM pg_sleep(0.01);
+        PERFORM pg_stat_clear_snapshot();
     END LOOP;
 END $$;
 UPDATE q SET v = v + 1 WHERE id = 6;
@@ -51,6 +52,7 @@ DO $$ BEGIN
     FOR i IN 1..500 LOOP
         EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
         PERFORM pg_sleep(0.01);
+        PERFORM pg_stat_clear_snapshot();
     END LOOP;
 END $$;
 SELECT v FROM q WHERE id = 6;
@@ -60,6 +62,7 @@ DO $$ BEGIN
     FOR i IN 1..500 LOOP
         EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
         PERFORM pg_sleep(0.01);
+        PERFORM pg_stat_clear_snapshot();
     END LOOP;
 END $$;
 UPDATE q SET v = v + 1 WHERE v >= 11;
@@ -67,6 +70,7 @@ DO $$ BEGIN
     FOR i IN 1..500 LOOP
         EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
         PERFORM pg_sleep(0.01);
+        PERFORM pg_stat_clear_snapshot();
     END LOOP;
 END $$;
 SELECT id, v FROM q ORDER BY id;

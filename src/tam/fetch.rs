@@ -18,6 +18,7 @@ pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut
     let f = pg_sys::palloc0(std::mem::size_of::<PasvIndexFetch>()) as *mut PasvIndexFetch;
     (*f).base.rel = rel;
     std::ptr::write(&mut (*f).stream, RowStream::new(cf_of(rel)));
+    (*f).stream.ssi_rel = rel;
     f as *mut pg_sys::IndexFetchTableData
 }
 
@@ -51,6 +52,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
         Some(row) => {
             describe_row(f.base.rel, &row, &mut f.tuple);
+            super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
             store_in_slot(&mut f.tuple, slot);
             true
         }
@@ -62,11 +64,15 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
 /// visible version in `slot` (the slot owns it). False if none is visible.
 unsafe fn fetch_copy(rel: pg_sys::Relation, rowid: u64, reader: Reader, slot: *mut pg_sys::TupleTableSlot) -> bool {
     let mut stream = RowStream::new(cf_of(rel));
+    stream.ssi_rel = rel;
     stream.set_range(rowid, rowid + 1);
     let found = match stream.next_row(reader, "fetching a row version") {
         Some(row) => {
             let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
             describe_row(rel, &row, &mut t);
+            if let Reader::Snapshot(snapshot) = reader {
+                super::ssi::lock_row(rel, &mut t.t_self, snapshot, row.creator);
+            }
             let copy = pg_sys::heap_copytuple(&mut t);
             if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
                 pg_sys::ExecStoreHeapTuple(copy, slot, true);

@@ -11,6 +11,7 @@ mod maintenance;
 mod modify;
 mod rowops;
 mod scan;
+mod ssi;
 mod stream;
 mod toast;
 mod vacuum;

@@ -28,6 +28,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     // The stored tuple may be a toasted copy; the slot keeps the original.
     let tuple = super::toast::prepare(rel, slot_tuple, std::ptr::null_mut());
 
+    super::ssi::conflict_in(rel, None);
     let rowid = match engine_client::next_rowid(cf) {
         Ok(r) => r,
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),

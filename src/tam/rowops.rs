@@ -452,6 +452,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => r,
         Check::Proceed(h) => {
+            super::ssi::conflict_in(rel, Some(rowid));
             let mut old = chain.tuple(rel, rowid, h);
             super::toast::delete_external(rel, &mut old);
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
@@ -502,6 +503,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
         }
         Check::Proceed(h) => h,
     };
+    super::ssi::conflict_in(rel, Some(rowid));
 
     let mut should_free = false;
     let slot_tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);

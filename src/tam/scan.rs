@@ -138,6 +138,12 @@ pub unsafe extern "C-unwind" fn scan_begin(
     s.base.rs_flags = flags;
     s.base.rs_parallel = pscan;
     std::ptr::write(&mut s.stream, RowStream::new(cf_of(rel)));
+    s.stream.ssi_rel = rel;
+    if flags & (pg_sys::ScanOptions::SO_TYPE_SEQSCAN | pg_sys::ScanOptions::SO_TYPE_BITMAPSCAN | pg_sys::ScanOptions::SO_TYPE_TIDRANGESCAN) != 0 {
+        // heapam locks the whole relation for sequential scans; pasv does
+        // the same for bitmap and TID-range scans (coarser, still correct).
+        super::ssi::lock_relation(rel, snapshot);
+    }
     s.bm_ntuples = -2;
     if pscan.is_null() {
         s.range_lo = 0;

@@ -51,12 +51,16 @@ pub struct RowStream {
     group_last_version: u32,
     /// The current row was already read on past its first answer.
     rewound: bool,
+    /// Set by readers that must report serializable rw-conflicts.
+    pub ssi_rel: pg_sys::Relation,
 }
 
 /// A resolved row: the visible version's tuple bytes (inside the stream's
 /// buffer, valid until the next fetch).
 pub struct Row {
     pub rowid: u64,
+    /// The visible version's creator (FullTransactionId).
+    pub creator: u64,
     pub tuple: *mut u8,
     pub tuple_len: usize,
 }
@@ -84,6 +88,7 @@ impl RowStream {
             pending_delete: pg_sys::InvalidTransactionId,
             group_last_version: 0,
             rewound: false,
+            ssi_rel: std::ptr::null_mut(),
         }
     }
 
@@ -208,6 +213,11 @@ impl RowStream {
                 ),
             };
             if !visibility::creator_visible(&header, reader) {
+                if let Reader::Snapshot(snap) = reader {
+                    if super::ssi::conflict_out_needed(self.ssi_rel, snap) {
+                        super::ssi::conflict_out(self.ssi_rel, header.xid, snap);
+                    }
+                }
                 continue;
             }
             if let Some(deleter) = visibility::dirty_pending_delete(&header, reader) {
@@ -232,6 +242,7 @@ impl RowStream {
                 continue;
             }
             return Some(Row {
+                creator: header.xid,
                 rowid: e.rowid,
                 tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
                 tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,

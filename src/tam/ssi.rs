@@ -1,0 +1,81 @@
+//! Serializable snapshot isolation: the calls heapam makes into PostgreSQL's
+//! predicate-lock manager, made at the same places for pasv rows, so that
+//! SERIALIZABLE transactions fail where they would on heap.
+//!
+//! All of them return at once unless the transaction is SERIALIZABLE.
+
+use pgrx::pg_sys;
+
+extern "C" {
+    // storage/predicate.h; not in pgrx's PG16 bindings.
+    fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot);
+    fn PredicateLockTID(
+        relation: pg_sys::Relation,
+        tid: pg_sys::ItemPointer,
+        snapshot: pg_sys::Snapshot,
+        tuple_xid: pg_sys::TransactionId,
+    );
+    fn CheckForSerializableConflictOutNeeded(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot) -> bool;
+    fn CheckForSerializableConflictOut(relation: pg_sys::Relation, xid: pg_sys::TransactionId, snapshot: pg_sys::Snapshot);
+    fn CheckForSerializableConflictIn(relation: pg_sys::Relation, tid: pg_sys::ItemPointer, blkno: pg_sys::BlockNumber);
+}
+
+/// A sequential (or bitmap) scan reads the whole relation.
+///
+/// # Safety
+/// `rel` open; `snapshot` valid or null.
+pub unsafe fn lock_relation(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
+    if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
+        PredicateLockRelation(rel, snapshot);
+    }
+}
+
+/// A row read by TID (index scans, TID scans, row fetches).
+///
+/// # Safety
+/// `rel` open; `snapshot` valid; `tid` valid.
+pub unsafe fn lock_row(rel: pg_sys::Relation, tid: &mut pg_sys::ItemPointerData, snapshot: pg_sys::Snapshot, creator: u64) {
+    if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
+        PredicateLockTID(rel, tid, snapshot, pg_sys::TransactionId::from(creator as u32));
+    }
+}
+
+/// Whether skipped versions must be reported (serializable MVCC reads only).
+///
+/// # Safety
+/// `rel` open or null; `snapshot` valid or null.
+pub unsafe fn conflict_out_needed(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) -> bool {
+    !rel.is_null()
+        && !snapshot.is_null()
+        && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC
+        && CheckForSerializableConflictOutNeeded(rel, snapshot)
+}
+
+/// A version written by `creator` was not visible to this reader: if the
+/// writer is a concurrent serializable transaction, that is a rw-conflict
+/// (heap reports it for an invisible xmin or a newer xmax alike).
+///
+/// # Safety
+/// As [`conflict_out_needed`], which must have returned true.
+pub unsafe fn conflict_out(rel: pg_sys::Relation, creator: u64, snapshot: pg_sys::Snapshot) {
+    let xid = pg_sys::TransactionId::from(creator as u32);
+    if !pg_sys::TransactionIdIsCurrentTransactionId(xid) {
+        CheckForSerializableConflictOut(rel, xid, snapshot);
+    }
+}
+
+/// Before writing: a new row (no TID) or a new version of `rowid`'s row.
+///
+/// # Safety
+/// `rel` open.
+pub unsafe fn conflict_in(rel: pg_sys::Relation, rowid: Option<u64>) {
+    match rowid {
+        Some(r) => {
+            let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
+            super::tid_from_rowid(r, &mut tid);
+            let block = (r / pasv_am::keys::ROWS_PER_BLOCK) as pg_sys::BlockNumber;
+            CheckForSerializableConflictIn(rel, &mut tid, block);
+        }
+        None => CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber),
+    }
+}
