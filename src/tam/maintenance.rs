@@ -245,24 +245,3 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
     *tuples = rows as f64;
     *allvisfrac = 0.0;
 }
-
-fn not_supported_tablesample() -> ! {
-    error::not_supported("TABLESAMPLE", "Sample with ORDER BY random() LIMIT n, or on a heap copy of the table.")
-}
-
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn scan_sample_next_block(
-    _scan: pg_sys::TableScanDesc,
-    _scanstate: *mut pg_sys::SampleScanState,
-) -> bool {
-    not_supported_tablesample()
-}
-
-#[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn scan_sample_next_tuple(
-    _scan: pg_sys::TableScanDesc,
-    _scanstate: *mut pg_sys::SampleScanState,
-    _slot: *mut pg_sys::TupleTableSlot,
-) -> bool {
-    not_supported_tablesample()
-}

@@ -76,8 +76,8 @@ pub static ROUTINE: pg_sys::TableAmRoutine = pg_sys::TableAmRoutine {
 
     scan_bitmap_next_block: Some(scan::scan_bitmap_next_block),
     scan_bitmap_next_tuple: Some(scan::scan_bitmap_next_tuple),
-    scan_sample_next_block: Some(maintenance::scan_sample_next_block),
-    scan_sample_next_tuple: Some(maintenance::scan_sample_next_tuple),
+    scan_sample_next_block: Some(scan::scan_sample_next_block),
+    scan_sample_next_tuple: Some(scan::scan_sample_next_tuple),
 };
 
 /// Tuples come out of pasv as plain heap tuples (header + data), so the

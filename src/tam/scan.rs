@@ -31,6 +31,15 @@ pub struct PasvScan {
     bm_ntuples: i32,
     bm_index: i32,
     bm_offsets: *const pg_sys::OffsetNumber,
+    /// TABLESAMPLE: rowid blocks in the table (0 until known), the current
+    /// block, and one row read ahead of the sampling method's offsets.
+    sample_nblocks: u32,
+    sample_block: pg_sys::BlockNumber,
+    ahead_valid: bool,
+    ahead_rowid: u64,
+    ahead_tuple: *mut u8,
+    ahead_len: usize,
+    sample_block_done: bool,
 }
 
 #[repr(C)]
@@ -139,12 +148,13 @@ pub unsafe extern "C-unwind" fn scan_begin(
     s.base.rs_parallel = pscan;
     std::ptr::write(&mut s.stream, RowStream::new(cf_of(rel)));
     s.stream.ssi_rel = rel;
-    if flags & (pg_sys::ScanOptions::SO_TYPE_SEQSCAN | pg_sys::ScanOptions::SO_TYPE_BITMAPSCAN | pg_sys::ScanOptions::SO_TYPE_TIDRANGESCAN) != 0 {
+    if flags & (pg_sys::ScanOptions::SO_TYPE_SEQSCAN | pg_sys::ScanOptions::SO_TYPE_SAMPLESCAN | pg_sys::ScanOptions::SO_TYPE_BITMAPSCAN | pg_sys::ScanOptions::SO_TYPE_TIDRANGESCAN) != 0 {
         // heapam locks the whole relation for sequential scans; pasv does
         // the same for bitmap and TID-range scans (coarser, still correct).
         super::ssi::lock_relation(rel, snapshot);
     }
     s.bm_ntuples = -2;
+    s.sample_block = pg_sys::InvalidBlockNumber;
     if pscan.is_null() {
         s.range_lo = 0;
         s.range_hi = MAX_ROWID + 1;
@@ -303,4 +313,97 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_tuple(
 ) -> bool {
     let s = &mut *(scan as *mut PasvScan);
     s.next_or_clear(slot)
+}
+
+// ---------------------------------------------------------------------------
+// TABLESAMPLE
+// ---------------------------------------------------------------------------
+
+/// The sampling method picks a rowid block (291 rowids), or the scan walks
+/// them in order when the method has no block chooser (BERNOULLI).
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_sample_next_block(
+    scan: pg_sys::TableScanDesc,
+    scanstate: *mut pg_sys::SampleScanState,
+) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    let rel = s.base.rs_rd;
+    if s.sample_nblocks == 0 {
+        let info = match engine_client::cf_info(cf_of(rel)) {
+            Ok(info) => info,
+            Err(e) => e.raise(&format!("sampling {}", rel_name(rel))),
+        };
+        s.sample_nblocks = info.next_rowid.div_ceil(ROWS_PER_BLOCK).min(u64::from(u32::MAX - 1)) as u32;
+    }
+    let tsm = (*scanstate).tsmroutine;
+    let block = match (*tsm).NextSampleBlock {
+        Some(next) => next(scanstate, s.sample_nblocks),
+        None if s.sample_block == pg_sys::InvalidBlockNumber => 0,
+        None => s.sample_block + 1,
+    };
+    if block == pg_sys::InvalidBlockNumber || block >= s.sample_nblocks {
+        s.sample_block = pg_sys::InvalidBlockNumber;
+        return false;
+    }
+    s.sample_block = block;
+    s.range_lo = u64::from(block) * ROWS_PER_BLOCK;
+    s.range_hi = s.range_lo + ROWS_PER_BLOCK;
+    s.stream.set_range(s.range_lo, s.range_hi);
+    s.ahead_valid = false;
+    s.sample_block_done = false;
+    true
+}
+
+/// The next sampled row of the current block: the method names offsets in
+/// ascending order; rows come from the block in rowid order.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn scan_sample_next_tuple(
+    scan: pg_sys::TableScanDesc,
+    scanstate: *mut pg_sys::SampleScanState,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    let rel = s.base.rs_rd;
+    let tsm = (*scanstate).tsmroutine;
+    let Some(next_offset) = (*tsm).NextSampleTuple else {
+        pg_sys::ExecClearTuple(slot);
+        return false;
+    };
+    let block_start = u64::from(s.sample_block) * ROWS_PER_BLOCK;
+    loop {
+        let offset = next_offset(scanstate, s.sample_block, ROWS_PER_BLOCK as pg_sys::OffsetNumber);
+        if offset == pg_sys::InvalidOffsetNumber {
+            pg_sys::ExecClearTuple(slot);
+            return false;
+        }
+        let wanted = block_start + u64::from(offset) - 1;
+        // Read ahead until a row at or past the wanted rowid. When the block
+        // has no more rows, keep asking for offsets anyway: the sampling
+        // method resets its per-block state only when it runs out of them.
+        while !s.sample_block_done && (!s.ahead_valid || s.ahead_rowid < wanted) {
+            match s.stream.next_row(s.reader(), "sampling") {
+                Some(row) => {
+                    s.ahead_valid = true;
+                    s.ahead_rowid = row.rowid;
+                    s.ahead_tuple = row.tuple;
+                    s.ahead_len = row.tuple_len;
+                }
+                None => {
+                    s.ahead_valid = false;
+                    s.sample_block_done = true;
+                }
+            }
+        }
+        if s.sample_block_done {
+            continue;
+        }
+        if s.ahead_rowid == wanted {
+            s.ahead_valid = false;
+            let row = super::stream::Row { rowid: wanted, creator: 0, tuple: s.ahead_tuple, tuple_len: s.ahead_len };
+            describe_row(rel, &row, &mut s.tuple);
+            store_in_slot(&mut s.tuple, slot);
+            return true;
+        }
+        // No visible row at that offset: ask for the next one.
+    }
 }
