@@ -72,24 +72,34 @@ pub unsafe extern "C-unwind" fn relation_copy_data(
     );
 }
 
+/// CLUSTER and VACUUM FULL: the new relation gets every version a snapshot
+/// may still need, under the same rowids. CLUSTER's index order is not
+/// applied (pasv keeps rows in rowid order; a NOTICE says so).
 #[pgrx::pg_guard]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
-    _old: pg_sys::Relation,
-    _new: pg_sys::Relation,
-    _old_index: pg_sys::Relation,
+    old: pg_sys::Relation,
+    new: pg_sys::Relation,
+    old_index: pg_sys::Relation,
     _use_sort: bool,
-    _oldest_xmin: pg_sys::TransactionId,
-    _xid_cutoff: *mut pg_sys::TransactionId,
+    oldest_xmin: pg_sys::TransactionId,
+    xid_cutoff: *mut pg_sys::TransactionId,
     _multi_cutoff: *mut pg_sys::MultiXactId,
-    _num_tuples: *mut f64,
-    _tups_vacuumed: *mut f64,
-    _tups_recently_dead: *mut f64,
+    num_tuples: *mut f64,
+    tups_vacuumed: *mut f64,
+    tups_recently_dead: *mut f64,
 ) {
-    error::not_supported(
-        "CLUSTER, VACUUM FULL or table rewrites",
-        "pasv rows are already kept in rowid order by RocksDB; run the statement on a heap table instead.",
-    );
+    if !old_index.is_null() {
+        pgrx::notice!(
+            "pasv keeps rows in rowid order: CLUSTER rewrites {} without reordering it by the index",
+            rel_name(old)
+        );
+    }
+    let doing = format!("rewriting {}", rel_name(old));
+    let report = super::vacuum::copy_rows(old, new, oldest_xmin, *xid_cutoff, &doing);
+    *num_tuples = report.live_rows;
+    *tups_vacuumed = report.removed_versions;
+    *tups_recently_dead = report.kept_dead_versions;
 }
 
 // ---------------------------------------------------------------------------

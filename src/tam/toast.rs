@@ -68,3 +68,17 @@ pub unsafe fn delete_external(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
         heap_toast_delete(rel, old, false);
     }
 }
+
+/// CLUSTER / VACUUM FULL: save `tuple`'s external values again into
+/// `rel`'s TOAST relation (whose `rd_toastoid` makes them keep their value
+/// OIDs and point at the TOAST table that will hold them after the swap).
+///
+/// # Safety
+/// `rel` open; `tuple` a valid heap tuple of `rel`'s row type.
+pub unsafe fn resave(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
+    if has_external(tuple) {
+        heap_toast_insert_or_update(rel, tuple, std::ptr::null_mut(), 0)
+    } else {
+        tuple
+    }
+}

@@ -178,3 +178,140 @@ pub unsafe fn vacuum_rows(rel: pg_sys::Relation, cutoffs: &pg_sys::VacuumCutoffs
     pg_sys::pfree(buf as *mut _);
     pass.report
 }
+
+/// What CLUSTER / VACUUM FULL report back.
+pub struct CopyReport {
+    pub live_rows: f64,
+    pub removed_versions: f64,
+    pub kept_dead_versions: f64,
+}
+
+/// CLUSTER / VACUUM FULL: copy every version some snapshot may still need
+/// from `old` into `new` under the same keys (rows keep their rowids, so
+/// CLUSTER does not reorder them), freezing committed versions older than
+/// `freeze_limit`. Large values are saved again through the toaster: the
+/// TOAST tables are swapped by content afterwards, so the new one must hold
+/// them (heap's rewrite does the same).
+///
+/// # Safety
+/// Backend inside CLUSTER's transaction, both relations open and locked.
+pub unsafe fn copy_rows(
+    old: pg_sys::Relation,
+    new: pg_sys::Relation,
+    oldest_xmin: pg_sys::TransactionId,
+    freeze_limit: pg_sys::TransactionId,
+    doing: &str,
+) -> CopyReport {
+    let cf_old = cf_of(old);
+    let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+    let buf = pg_sys::palloc(cap) as *mut u8;
+    let mut out = Pass {
+        rel: new,
+        oldest_xmin,
+        freeze_limit,
+        batch: BatchBuilder::new(),
+        report: VacuumReport {
+            live_rows: 0,
+            removed_versions: 0,
+            frozen_versions: 0,
+            dead_rowids: HashSet::new(),
+            new_relfrozenxid: oldest_xmin,
+        },
+    };
+    let mut kept_dead = 0u64;
+    let (mut start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    let mut rows: Vec<(u64, u32, RowHeader, Creator, Vec<u8>)> = Vec::new();
+    let flush_row = |out: &mut Pass, rows: &mut Vec<(u64, u32, RowHeader, Creator, Vec<u8>)>, kept_dead: &mut u64| {
+        let Some(&(rowid, ..)) = rows.first() else { return };
+        let all_visible = rows.iter().position(|(_, _, h, c, _)| {
+            *c == Creator::Committed && (h.is_frozen() || precedes(h.xid, oldest_xmin))
+        });
+        let head = rows.iter().position(|(_, _, _, c, _)| *c != Creator::Aborted);
+        let row_dead = match (head, all_visible) {
+            (None, _) => true,
+            (Some(h), Some(k)) => h == k && rows[k].2.is_tombstone(),
+            _ => false,
+        };
+        for (i, (_, version, header, creator, value)) in rows.iter().enumerate() {
+            if row_dead || *creator == Creator::Aborted || all_visible.is_some_and(|k| i > k) {
+                out.report.removed_versions += 1;
+                continue;
+            }
+            if head.is_some_and(|h| i > h) {
+                *kept_dead += 1;
+            }
+            let mut header = *header;
+            if *creator == Creator::Committed && !header.is_frozen() && precedes(header.xid, freeze_limit) {
+                header.flags |= FLAG_FROZEN;
+            }
+            let mut stored = header.encode().to_vec();
+            if !header.is_tombstone() && value.len() > HEADER_LEN {
+                let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
+                let mut tuple_bytes = value[HEADER_LEN..].to_vec();
+                t.t_len = tuple_bytes.len() as u32;
+                t.t_data = tuple_bytes.as_mut_ptr() as *mut pg_sys::HeapTupleHeaderData;
+                t.t_tableOid = (*new).rd_id;
+                super::tid_from_rowid(rowid, &mut t.t_self);
+                let saved = super::toast::resave(new, &mut t);
+                stored.extend_from_slice(std::slice::from_raw_parts((*saved).t_data as *const u8, (*saved).t_len as usize));
+                if saved != &mut t as *mut _ {
+                    pg_sys::heap_freetuple(saved);
+                }
+            }
+            if !header.is_frozen() && precedes(header.xid, out.report.new_relfrozenxid) {
+                out.report.new_relfrozenxid = pg_sys::TransactionId::from(header.xid as u32);
+            }
+            out.push(&keys::row_key(rowid, *version), &stored, doing);
+        }
+        if !row_dead && head.is_some_and(|h| !rows[h].2.is_tombstone()) {
+            out.report.live_rows += 1;
+        }
+        rows.clear();
+    };
+    // Bounded by the table: each turn starts past the previous batch's last key.
+    loop {
+        pgrx::check_for_interrupts!();
+        let dest = std::slice::from_raw_parts_mut(buf, cap);
+        let copied = match engine_client::scan_into(cf_old, &start, &end, 0, 0, dest) {
+            Ok(c) => c,
+            Err(e) => e.raise(doing),
+        };
+        let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
+        let (more, batch) = match protocol::decode_response(bytes) {
+            Ok(Response::Entries { more, batch }) => (more, batch),
+            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
+        };
+        let mut last = None;
+        for (key, value) in batch.iter() {
+            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
+            last = Some((rowid, version));
+            if rows.first().is_some_and(|r| r.0 != rowid) {
+                flush_row(&mut out, &mut rows, &mut kept_dead);
+            }
+            let header = match RowHeader::decode(value) {
+                Ok((h, _)) => h,
+                Err(e) => error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            rows.push((rowid, version, header, creator_of(&header), value.to_vec()));
+        }
+        match last {
+            Some((rowid, version)) if more => {
+                start = if version > 0 { keys::row_key(rowid, version - 1) } else { keys::row_key(rowid + 1, u32::MAX) };
+            }
+            _ => break,
+        }
+    }
+    flush_row(&mut out, &mut rows, &mut kept_dead);
+    out.flush(doing);
+    pg_sys::pfree(buf as *mut _);
+    crate::xact::mark_written();
+    CopyReport {
+        live_rows: out.report.live_rows as f64,
+        removed_versions: out.report.removed_versions as f64,
+        kept_dead_versions: kept_dead as f64,
+    }
+}

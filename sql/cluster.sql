@@ -1,0 +1,29 @@
+-- VACUUM FULL and CLUSTER rewrite a pasv table into a new column family,
+-- keeping every row, its large (toasted) values and its indexes.
+CREATE TABLE c (id int PRIMARY KEY, grp int, doc text) USING pasv;
+INSERT INTO c SELECT g, g % 5,
+       CASE WHEN g % 50 = 0 THEN (SELECT string_agg(md5((g * 1000 + i)::text), '') FROM generate_series(1, 600) i)
+            ELSE 'small ' || g END
+  FROM generate_series(1, 2000) g;
+UPDATE c SET grp = grp + 10 WHERE id <= 500;
+DELETE FROM c WHERE id > 1900;
+SELECT md5(string_agg(id || ':' || grp || ':' || doc, ',' ORDER BY id)) AS digest_before FROM c \gset
+SELECT relfilenode AS rfn_before FROM pg_class WHERE relname = 'c' \gset
+SELECT count(*), pasv.table_versions('c'::regclass) AS versions FROM c;
+VACUUM FULL c;
+SELECT count(*), pasv.table_versions('c'::regclass) AS versions FROM c;
+SELECT md5(string_agg(id || ':' || grp || ':' || doc, ',' ORDER BY id)) = :'digest_before' AS same_rows FROM c;
+SELECT relfilenode <> :rfn_before AS new_storage FROM pg_class WHERE relname = 'c';
+SELECT count(*) AS old_cf_left FROM pasv.column_families() WHERE relfilenumber = :rfn_before;
+SET enable_seqscan = off;
+SELECT id, grp, length(doc) FROM c WHERE id IN (50, 100, 1900, 1950) ORDER BY id;
+RESET enable_seqscan;
+CLUSTER c USING c_pkey;
+SELECT md5(string_agg(id || ':' || grp || ':' || doc, ',' ORDER BY id)) = :'digest_before' AS same_rows FROM c;
+UPDATE c SET doc = doc || '!' WHERE id = 100;
+INSERT INTO c VALUES (5000, 1, 'new');
+SELECT count(*), count(DISTINCT ctid), right((SELECT doc FROM c WHERE id = 100), 3) AS tail FROM c;
+VACUUM (FULL, FREEZE) c;
+SELECT age(relfrozenxid) <= 1 AS frozen_to_now FROM pg_class WHERE relname = 'c';
+SELECT count(*), sum(grp) FROM c;
+DROP TABLE c;
