@@ -43,6 +43,15 @@ use thiserror::Error;
 
 use crate::cf_name::{TableCf, META_CF};
 use crate::keys::{decode_row_key, row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+
+/// Deleted keys one iterator step of a per-row scan may skip before the
+/// scan seeks instead (pruning leaves delete markers behind live versions
+/// until compaction; stepping over thousands of them made hot rows slow).
+const MAX_SKIPPED_PER_STEP: u64 = 16;
+
+fn is_incomplete<D: rocksdb::DBAccess>(iter: &rocksdb::DBRawIteratorWithThreadMode<'_, D>) -> bool {
+    matches!(iter.status(), Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete)
+}
 use crate::protocol::{CfRef, EntryBatch, ErrorCode, LockMode, ProtocolError, ScanWriter};
 use crate::row_locks::RowLockTable;
 
@@ -419,6 +428,7 @@ impl Engine {
     /// behind them until compaction, are never stepped over one by one.
     /// The answer never steps past its last entry either (`more` may then
     /// be true with nothing left).
+    #[allow(clippy::too_many_lines)]
     pub fn scan_rows(
         &self,
         cf: CfRef,
@@ -434,11 +444,47 @@ impl Engine {
         }
         let mut read_options = ReadOptions::default();
         read_options.set_iterate_upper_bound(end);
+        if per_row > 0 {
+            // A step that would skip more deleted keys than this stops with
+            // an Incomplete status; the scan then seeks instead (below).
+            read_options.set_max_skippable_internal_keys(MAX_SKIPPED_PER_STEP);
+        }
         let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
-        iter.seek(start);
+        // Positions `iter` at the first entry >= target. A capped iterator
+        // that gives up is repositioned through an uncapped one (a seek jumps
+        // over deleted keys; only stepping walks them).
+        let reposition = |iter: &mut rocksdb::DBRawIteratorWithThreadMode<'_, Db>, target: &[u8]| {
+            iter.seek(target);
+            if per_row > 0 && is_incomplete(iter) {
+                let mut options = ReadOptions::default();
+                options.set_iterate_upper_bound(end);
+                let mut uncapped = self.db.raw_iterator_cf_opt(&handle, options);
+                uncapped.seek(target);
+                match uncapped.key() {
+                    Some(key) => iter.seek(key),
+                    None => iter.seek(end),
+                }
+            }
+        };
+        reposition(&mut iter, start);
         let mut row: Option<u64> = None;
         let mut in_row = 0u32;
-        while let Some((key, value)) = iter.item() {
+        loop {
+            let Some((key, value)) = iter.item() else {
+                if per_row > 0 && is_incomplete(&iter) {
+                    // Stepping hit a run of deleted keys: seek past the row.
+                    let target = match row {
+                        Some(r) if r < MAX_ROWID => row_key(r + 1, u32::MAX),
+                        Some(_) => break,
+                        None => start.try_into().unwrap_or(row_key(0, u32::MAX)),
+                    };
+                    reposition(&mut iter, &target);
+                    in_row = 0;
+                    row = None;
+                    continue;
+                }
+                break;
+            };
             if !out.try_push(key, value) {
                 if out.is_empty() {
                     return Err(EngineError::EntryTooLarge {
@@ -459,13 +505,24 @@ impl Engine {
                 }
                 in_row += 1;
                 if in_row >= per_row {
-                    match rowid {
-                        Some(r) if r < MAX_ROWID => {
-                            iter.seek(row_key(r + 1, u32::MAX));
-                            continue;
+                    // A range that ends with this row (a point lookup) is
+                    // done: do not step into its older versions.
+                    if let Some(r) = rowid {
+                        if r >= MAX_ROWID || row_key(r + 1, u32::MAX).as_slice() >= end {
+                            return Ok(true);
                         }
-                        _ => break,
                     }
+                    // Step once: usually the next row; if it is another
+                    // version of this one, seek past the row instead.
+                    iter.next();
+                    let same_row = iter.key().and_then(decode_row_key).map(|(r, _)| r) == rowid;
+                    if same_row {
+                        match rowid {
+                            Some(r) if r < MAX_ROWID => reposition(&mut iter, &row_key(r + 1, u32::MAX)),
+                            _ => break,
+                        }
+                    }
+                    continue;
                 }
             }
             iter.next();
@@ -921,6 +978,39 @@ mod tests {
             assert!(!more);
             let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
             assert_eq!(keys, expect, "per_row {per_row}");
+        }
+    }
+
+    #[test]
+    fn per_row_scan_seeks_past_runs_of_deleted_versions() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        // Row 1 has one live version (500) above 200 deleted ones: far more
+        // than one iterator step may skip.
+        let mut batch = BatchBuilder::new();
+        for version in 300..=500u32 {
+            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
+        }
+        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
+        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 300..500u32 {
+            batch.push(&row_key(1, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let mut out = vec![0u8; 1 << 16];
+        for per_row in [1u32, 2, 0] {
+            let mut writer = ScanWriter::new(&mut out, 0);
+            let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
+            let len = writer.finish(more);
+            let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
+                panic!("not Entries")
+            };
+            let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+            assert_eq!(keys, vec![(0, 0), (1, 500), (2, 0)], "per_row {per_row}");
         }
     }
 
