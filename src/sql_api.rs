@@ -106,32 +106,9 @@ fn table_versions(rel: pg_sys::Oid) -> i64 {
         }
         let cf = crate::tam::cf_of(r);
         pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-        let mut buf = vec![0u8; cap];
-        let (mut start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
+        let (start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
         let mut count = 0i64;
-        loop {
-            let copied = match engine_client::scan_into(cf, &start, &end, 0, 0, &mut buf) {
-                Ok(c) => c,
-                Err(e) => e.raise("counting versions"),
-            };
-            let Ok(pasv_am::protocol::Response::Entries { more, batch }) =
-                pasv_am::protocol::decode_response(&buf[..copied.len])
-            else {
-                crate::error::CallError::Unexpected("Scan").raise("counting versions")
-            };
-            count += batch.len() as i64;
-            let last = batch.iter().last().and_then(|(k, _)| pasv_am::keys::decode_row_key(k));
-            match last {
-                Some((rowid, version)) if more => {
-                    start = if version > 0 {
-                        pasv_am::keys::row_key(rowid, version - 1)
-                    } else {
-                        pasv_am::keys::row_key(rowid + 1, u32::MAX)
-                    };
-                }
-                _ => return count,
-            }
-        }
+        crate::tam::count_versions(cf, start, end, &mut count);
+        count
     }
 }

@@ -15,6 +15,7 @@ mod ssi;
 mod stream;
 mod toast;
 mod vacuum;
+mod versions;
 mod visibility;
 
 use pasv_am::protocol::CfRef;
@@ -149,4 +150,15 @@ pub(crate) unsafe fn describe_row(rel: pg_sys::Relation, row: &stream::Row, tupl
     tuple.t_data = row.tuple as *mut pg_sys::HeapTupleHeaderData;
     tuple.t_tableOid = (*rel).rd_id;
     tid_from_rowid(row.rowid, &mut tuple.t_self);
+}
+
+/// Count every stored version of `cf` in `[start, end)` (diagnostics).
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &mut i64) {
+    versions::walk(cf, start, end, 0, "counting versions", |_| {
+        *count += 1;
+        true
+    });
 }

@@ -17,7 +17,7 @@ use super::visibility::{self, Reader};
 use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
 use pasv_am::keys::{self, ROW_KEY_LEN};
-use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Response};
+use pasv_am::protocol::{BatchBuilder, CfRef, LockMode};
 use pasv_am::row::{RowHeader, FLAG_MOVED, FLAG_TOMBSTONE, HEADER_LEN};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
@@ -57,73 +57,39 @@ struct Version {
     version: u32,
     header: RowHeader,
     creator: Creator,
-    /// Which of the chain's buffers holds it, and where.
-    buf: usize,
-    tuple_off: usize,
-    tuple_len: usize,
+    /// The tuple (empty for tombstones), copied out of the engine's answer.
+    tuple: Vec<u8>,
 }
 
 /// The newest versions of one row (down to the first whose creator did not
-/// abort, and one more), newest first, in palloc'd copies of the engine's
-/// answers. Older versions are left to the next update's pruning or VACUUM.
+/// abort, and one more), newest first. Older versions are left to the next
+/// update's pruning or VACUUM.
 struct Chain {
-    bufs: Vec<*mut u8>,
     versions: Vec<Version>,
 }
 
 impl Chain {
     unsafe fn read(cf: CfRef, rowid: u64, doing: &str) -> Chain {
-        let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-        let (mut start, end) = keys::row_range(rowid, rowid + 1);
-        let mut chain = Chain { bufs: Vec::new(), versions: Vec::new() };
-        // Each page starts past the last key of the previous one.
-        loop {
-            let buf = pg_sys::palloc(cap) as *mut u8;
-            chain.bufs.push(buf);
-            let dest = std::slice::from_raw_parts_mut(buf, cap);
-            // Two entries a page: the head and the one after it are all an
-            // update needs; reading exactly that never steps over the
-            // delete markers pruning leaves behind a row's live versions.
-            let copied = match engine_client::scan_into(cf, &start, &end, 2, 0, dest) {
-                Ok(c) => c,
-                Err(e) => e.raise(doing),
-            };
-            let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
-            let (more, batch) = match protocol::decode_response(bytes) {
-                Ok(Response::Entries { more, batch }) => (more, batch),
-                _ => crate::error::CallError::Unexpected("Scan").raise(doing),
-            };
-            let mut last_version = None;
-            for (key, value) in batch.iter() {
-                let Some((_, version)) = keys::decode_row_key(key) else { continue };
-                let header = match RowHeader::decode(value) {
-                    Ok((h, _)) => h,
-                    Err(e) => error::raise(
-                        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                        format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
-                        "The table's RocksDB data is damaged; restore from a backup.",
-                    ),
-                };
-                chain.versions.push(Version {
-                    version,
-                    creator: creator_of(&header),
-                    header,
-                    buf: chain.bufs.len() - 1,
-                    tuple_off: value.as_ptr() as usize - buf as usize + HEADER_LEN,
-                    tuple_len: value.len().saturating_sub(HEADER_LEN),
-                });
-                last_version = Some(version);
+        let (start, end) = keys::row_range(rowid, rowid + 1);
+        let mut versions: Vec<Version> = Vec::new();
+        let mut head = None;
+        // Two entries a page: the head and the one after it are all an
+        // update needs; reading exactly that never steps over the delete
+        // markers pruning leaves behind a row's live versions.
+        super::versions::walk(cf, start, end, 2, doing, |v| {
+            let creator = creator_of(&v.header);
+            if head.is_none() && creator != Creator::Aborted {
+                head = Some(versions.len());
             }
-            let head_and_one_more = chain
-                .versions
-                .iter()
-                .position(|v| v.creator != Creator::Aborted)
-                .is_some_and(|h| chain.versions.len() > h + 1);
-            match last_version {
-                Some(v) if more && v > 0 && !head_and_one_more => start = keys::row_key(rowid, v - 1),
-                _ => return chain,
-            }
-        }
+            versions.push(Version {
+                version: v.version,
+                header: v.header,
+                creator,
+                tuple: v.value.get(HEADER_LEN..).unwrap_or_default().to_vec(),
+            });
+            head.is_none_or(|h| versions.len() < h + 2)
+        });
+        Chain { versions }
     }
 
     /// Index of the newest version whose creator did not abort.
@@ -142,21 +108,15 @@ impl Chain {
         self.versions.first().map(|v| v.version + 1).unwrap_or(0)
     }
 
-    /// A heap tuple describing version `i` (pointing into the chain's buffer).
+    /// A heap tuple describing version `i` (pointing into the chain).
     unsafe fn tuple(&self, rel: pg_sys::Relation, rowid: u64, i: usize) -> pg_sys::HeapTupleData {
         let v = &self.versions[i];
         let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
-        t.t_len = v.tuple_len as u32;
-        t.t_data = self.bufs[v.buf].add(v.tuple_off) as *mut pg_sys::HeapTupleHeaderData;
+        t.t_len = v.tuple.len() as u32;
+        t.t_data = v.tuple.as_ptr() as *mut pg_sys::HeapTupleHeaderData;
         t.t_tableOid = (*rel).rd_id;
         tid_from_rowid(rowid, &mut t.t_self);
         t
-    }
-
-    unsafe fn free(self) {
-        for buf in self.bufs {
-            pg_sys::pfree(buf as *mut _);
-        }
     }
 
     /// Keys of versions no snapshot can see any more: those whose creator
@@ -254,7 +214,6 @@ unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing:
         match chain.head() {
             Some(h) if chain.versions[h].creator == Creator::InProgress => {
                 let xid = pg_sys::TransactionId::from(chain.versions[h].header.xid as u32);
-                chain.free();
                 pg_sys::XactLockTableWait(xid, rel, &mut tid, pg_sys::XLTW_Oper::XLTW_FetchUpdated);
             }
             _ => return chain,
@@ -464,7 +423,6 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             pg_sys::TM_Result::TM_Ok
         }
     };
-    chain.free();
     result
 }
 
@@ -498,7 +456,6 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let chain = read_locked_chain(rel, cf, rowid, &doing);
     let h = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => {
-            chain.free();
             return r;
         }
         Check::Proceed(h) => h,
@@ -543,7 +500,6 @@ pub unsafe extern "C-unwind" fn tuple_update(
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);
-    chain.free();
     write(rel, cf, &batch, "updating");
     tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
     (*slot_tuple).t_self = (*slot).tts_tid;
@@ -593,21 +549,18 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         };
         let chain = read_locked_chain(rel, cf, rowid, &doing);
         let Some(h) = chain.head() else {
-            chain.free();
             return TM_Invisible;
         };
         let head = &chain.versions[h];
         if head.creator == Creator::Current && head.header.cid >= cid {
             fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
             if head.header.is_tombstone() {
-                chain.free();
                 return TM_SelfModified;
             }
             // Inserted by this very command (e.g. the same key twice in one
             // INSERT ... ON CONFLICT DO UPDATE): the executor reads its xmin
             // from the slot to report it, as with heap.
             store_copy(&chain, rel, rowid, h, slot);
-            chain.free();
             return TM_Invisible;
         }
         let seen = chain.visible(Reader::Snapshot(snapshot)) == Some(h);
@@ -619,22 +572,18 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         if head.header.is_moved() && (find_last || !usable) {
             fill_tmfd(tmfd, head.header.moved_to, head.header.xid, INVALID_COMMAND_ID);
             if !find_last {
-                chain.free();
                 return TM_Updated;
             }
             tid_from_rowid(head.header.moved_to, &mut *tid);
             (*tmfd).traversed = true;
-            chain.free();
             continue;
         }
         if head.header.is_tombstone() {
             fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
-            chain.free();
             return TM_Deleted;
         }
         if !usable {
             fill_tmfd(tmfd, rowid, head.header.xid, INVALID_COMMAND_ID);
-            chain.free();
             return TM_Updated;
         }
         if !seen && !already && head.creator != Creator::Current && find_last {
@@ -642,7 +591,6 @@ pub unsafe extern "C-unwind" fn tuple_lock(
             (*tmfd).traversed = true;
         }
         store_copy(&chain, rel, rowid, h, slot);
-        chain.free();
         return TM_Ok;
     }
 }
@@ -669,7 +617,6 @@ pub unsafe extern "C-unwind" fn tuple_get_latest_tid(scan: pg_sys::TableScanDesc
         let next = chain.head().map(|h| &chain.versions[h]).and_then(|v| {
             (v.header.is_moved() && matches!(v.creator, Creator::Committed | Creator::Current)).then_some(v.header.moved_to)
         });
-        chain.free();
         match next {
             Some(r) => tid_from_rowid(r, &mut *tid),
             None => break,

@@ -154,7 +154,7 @@ impl RowStream {
         self.pos = 0;
         self.more = (more || n < batch.len()) && n > 0;
         if let Some(k) = last_key {
-            if let Some(next) = successor(k) {
+            if let Some(next) = keys::decode_row_key(k).and_then(|(r, v)| super::versions::key_after(r, v)) {
                 self.next_start = next;
             } else {
                 self.more = false;
@@ -274,19 +274,5 @@ impl RowStream {
             self.next_start = keys::row_key(rowid + 1, u32::MAX);
             self.pos = self.count;
         }
-    }
-}
-
-/// The smallest row key greater than `key` (None past the last rowid).
-fn successor(key: &[u8]) -> Option<[u8; ROW_KEY_LEN]> {
-    let (rowid, version) = keys::decode_row_key(key)?;
-    // Versions are stored newest first: the next key down the chain is the
-    // next older version; after version 0 comes the next rowid.
-    if version > 0 {
-        Some(keys::row_key(rowid, version - 1))
-    } else if rowid < keys::MAX_ROWID {
-        Some(keys::row_key(rowid + 1, u32::MAX))
-    } else {
-        None
     }
 }

@@ -6,7 +6,7 @@ use super::rowops::{creator_of, Creator};
 use super::cf_of;
 use crate::{engine_client, error};
 use pasv_am::keys;
-use pasv_am::protocol::{self, BatchBuilder, Response};
+use pasv_am::protocol::BatchBuilder;
 use pasv_am::row::{RowHeader, FLAG_FROZEN, HEADER_LEN};
 use pgrx::pg_sys;
 use std::collections::HashSet;
@@ -41,6 +41,23 @@ unsafe fn precedes(xid: u64, limit: pg_sys::TransactionId) -> bool {
 }
 
 impl Pass {
+    /// A pass writing into `rel`'s CF with these horizons.
+    fn new(rel: pg_sys::Relation, oldest_xmin: pg_sys::TransactionId, freeze_limit: pg_sys::TransactionId) -> Pass {
+        Pass {
+            rel,
+            oldest_xmin,
+            freeze_limit,
+            batch: BatchBuilder::new(),
+            report: VacuumReport {
+                live_rows: 0,
+                removed_versions: 0,
+                frozen_versions: 0,
+                dead_rowids: HashSet::new(),
+                new_relfrozenxid: oldest_xmin,
+            },
+        }
+    }
+
     unsafe fn push(&mut self, key: &[u8], value: &[u8], doing: &str) {
         if self.batch.encoded_len() + engine_client::entry_cost(key, value) > engine_client::batch_capacity() {
             self.flush(doing);
@@ -109,73 +126,37 @@ impl Pass {
 /// # Safety
 /// Backend inside VACUUM's transaction; `rel` open with VACUUM's lock.
 pub unsafe fn vacuum_rows(rel: pg_sys::Relation, cutoffs: &pg_sys::VacuumCutoffs, doing: &str) -> VacuumReport {
-    let cf = cf_of(rel);
-    let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-    let buf = pg_sys::palloc(cap) as *mut u8;
-    let mut pass = Pass {
-        rel,
-        oldest_xmin: cutoffs.OldestXmin,
-        freeze_limit: cutoffs.FreezeLimit,
-        batch: BatchBuilder::new(),
-        report: VacuumReport {
-            live_rows: 0,
-            removed_versions: 0,
-            frozen_versions: 0,
-            dead_rowids: HashSet::new(),
-            new_relfrozenxid: cutoffs.OldestXmin,
-        },
-    };
-    let (mut start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    let mut pass = Pass::new(rel, cutoffs.OldestXmin, cutoffs.FreezeLimit);
+    let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
     let mut current: Option<u64> = None;
     let mut versions: Vec<Version> = Vec::new();
-    // Bounded by the table: each turn starts past the previous batch's last key.
-    loop {
-        pg_sys::vacuum_delay_point();
-        let dest = std::slice::from_raw_parts_mut(buf, cap);
-        let copied = match engine_client::scan_into(cf, &start, &end, 0, 0, dest) {
-            Ok(c) => c,
-            Err(e) => e.raise(doing),
-        };
-        let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
-        let (more, batch) = match protocol::decode_response(bytes) {
-            Ok(Response::Entries { more, batch }) => (more, batch),
-            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
-        };
-        let mut last = None;
-        for (key, value) in batch.iter() {
-            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
-            last = Some((rowid, version));
-            if current != Some(rowid) {
-                if let Some(r) = current {
-                    pass.row(r, &versions, doing);
-                }
-                versions.clear();
-                current = Some(rowid);
-            }
-            let header = match RowHeader::decode(value) {
-                Ok((h, _)) => h,
-                Err(e) => error::raise(
-                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
-                    "The table's RocksDB data is damaged; restore from a backup.",
-                ),
-            };
-            let creator = creator_of(&header);
-            let freezable = creator == Creator::Committed && !header.is_frozen() && precedes(header.xid, pass.freeze_limit);
-            versions.push(Version { version, header, creator, value: freezable.then(|| value.to_vec()) });
+    let mut seen = 0u64;
+    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+        seen += 1;
+        if seen % 4096 == 0 {
+            pg_sys::vacuum_delay_point();
         }
-        match last {
-            Some((rowid, version)) if more => {
-                start = if version > 0 { keys::row_key(rowid, version - 1) } else { keys::row_key(rowid + 1, u32::MAX) };
+        if current != Some(v.rowid) {
+            if let Some(r) = current {
+                pass.row(r, &versions, doing);
             }
-            _ => break,
+            versions.clear();
+            current = Some(v.rowid);
         }
-    }
+        let creator = creator_of(&v.header);
+        let freezable = creator == Creator::Committed && !v.header.is_frozen() && precedes(v.header.xid, pass.freeze_limit);
+        versions.push(Version {
+            version: v.version,
+            header: v.header,
+            creator,
+            value: freezable.then(|| v.value.to_vec()),
+        });
+        true
+    });
     if let Some(r) = current {
         pass.row(r, &versions, doing);
     }
     pass.flush(doing);
-    pg_sys::pfree(buf as *mut _);
     pass.report
 }
 
@@ -203,23 +184,9 @@ pub unsafe fn copy_rows(
     doing: &str,
 ) -> CopyReport {
     let cf_old = cf_of(old);
-    let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-    let buf = pg_sys::palloc(cap) as *mut u8;
-    let mut out = Pass {
-        rel: new,
-        oldest_xmin,
-        freeze_limit,
-        batch: BatchBuilder::new(),
-        report: VacuumReport {
-            live_rows: 0,
-            removed_versions: 0,
-            frozen_versions: 0,
-            dead_rowids: HashSet::new(),
-            new_relfrozenxid: oldest_xmin,
-        },
-    };
+    let mut out = Pass::new(new, oldest_xmin, freeze_limit);
     let mut kept_dead = 0u64;
-    let (mut start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
     let mut rows: Vec<(u64, u32, RowHeader, Creator, Vec<u8>)> = Vec::new();
     let flush_row = |out: &mut Pass, rows: &mut Vec<(u64, u32, RowHeader, Creator, Vec<u8>)>, kept_dead: &mut u64| {
         let Some(&(rowid, ..)) = rows.first() else { return };
@@ -268,46 +235,16 @@ pub unsafe fn copy_rows(
         }
         rows.clear();
     };
-    // Bounded by the table: each turn starts past the previous batch's last key.
-    loop {
-        pgrx::check_for_interrupts!();
-        let dest = std::slice::from_raw_parts_mut(buf, cap);
-        let copied = match engine_client::scan_into(cf_old, &start, &end, 0, 0, dest) {
-            Ok(c) => c,
-            Err(e) => e.raise(doing),
-        };
-        let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
-        let (more, batch) = match protocol::decode_response(bytes) {
-            Ok(Response::Entries { more, batch }) => (more, batch),
-            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
-        };
-        let mut last = None;
-        for (key, value) in batch.iter() {
-            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
-            last = Some((rowid, version));
-            if rows.first().is_some_and(|r| r.0 != rowid) {
-                flush_row(&mut out, &mut rows, &mut kept_dead);
-            }
-            let header = match RowHeader::decode(value) {
-                Ok((h, _)) => h,
-                Err(e) => error::raise(
-                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
-                    "The table's RocksDB data is damaged; restore from a backup.",
-                ),
-            };
-            rows.push((rowid, version, header, creator_of(&header), value.to_vec()));
+    super::versions::walk(cf_old, start, end, 0, doing, |v| {
+        if rows.first().is_some_and(|r| r.0 != v.rowid) {
+            pgrx::check_for_interrupts!();
+            flush_row(&mut out, &mut rows, &mut kept_dead);
         }
-        match last {
-            Some((rowid, version)) if more => {
-                start = if version > 0 { keys::row_key(rowid, version - 1) } else { keys::row_key(rowid + 1, u32::MAX) };
-            }
-            _ => break,
-        }
-    }
+        rows.push((v.rowid, v.version, v.header, creator_of(&v.header), v.value.to_vec()));
+        true
+    });
     flush_row(&mut out, &mut rows, &mut kept_dead);
     out.flush(doing);
-    pg_sys::pfree(buf as *mut _);
     crate::xact::mark_written();
     CopyReport {
         live_rows: out.report.live_rows as f64,

@@ -1,0 +1,86 @@
+//! Walking the stored versions of a table's column family page by page,
+//! every version with its header: what UPDATE's chain reads, VACUUM,
+//! CLUSTER and `pasv.table_versions()` share. (Scans that resolve visibility
+//! use `stream` instead, which reads only what decides each row.)
+
+use crate::engine_client;
+use crate::error::{self, CallError};
+use pasv_am::keys::{self, ROW_KEY_LEN};
+use pasv_am::protocol::{self, CfRef, Response};
+use pasv_am::row::RowHeader;
+use pgrx::pg_sys;
+
+/// One stored version, borrowed from the current page.
+pub struct RawVersion<'a> {
+    pub rowid: u64,
+    pub version: u32,
+    pub header: RowHeader,
+    /// The whole stored value: header, then the tuple (empty for tombstones).
+    pub value: &'a [u8],
+}
+
+/// The key after `(rowid, version)` in key order (versions are stored newest
+/// first), or None past the last rowid.
+pub fn key_after(rowid: u64, version: u32) -> Option<[u8; ROW_KEY_LEN]> {
+    if version > 0 {
+        Some(keys::row_key(rowid, version - 1))
+    } else if rowid < keys::MAX_ROWID {
+        Some(keys::row_key(rowid + 1, u32::MAX))
+    } else {
+        None
+    }
+}
+
+/// Call `visit` for every version with a key in `[start, end)`, in key
+/// order, fetching `page` entries a round trip (0: as many as fit).
+/// `visit` returns false to stop early.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn walk(
+    cf: CfRef,
+    start: [u8; ROW_KEY_LEN],
+    end: [u8; ROW_KEY_LEN],
+    page: u32,
+    doing: &str,
+    mut visit: impl FnMut(RawVersion<'_>) -> bool,
+) {
+    let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
+    // palloc'd: an ERROR inside `visit` leaves it to the memory context.
+    let buf = pg_sys::palloc(cap) as *mut u8;
+    let mut start = start;
+    // Bounded by the range: each turn starts past the previous page's last key.
+    'pages: loop {
+        let dest = std::slice::from_raw_parts_mut(buf, cap);
+        let copied = match engine_client::scan_into(cf, &start, &end, page, 0, dest) {
+            Ok(c) => c,
+            Err(e) => e.raise(doing),
+        };
+        let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
+        let (more, batch) = match protocol::decode_response(bytes) {
+            Ok(Response::Entries { more, batch }) => (more, batch),
+            _ => CallError::Unexpected("Scan").raise(doing),
+        };
+        let mut last = None;
+        for (key, value) in batch.iter() {
+            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
+            let header = match RowHeader::decode(value) {
+                Ok((h, _)) => h,
+                Err(e) => error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            last = Some((rowid, version));
+            if !visit(RawVersion { rowid, version, header, value }) {
+                break 'pages;
+            }
+        }
+        match last.and_then(|(r, v)| key_after(r, v)) {
+            Some(next) if more => start = next,
+            _ => break,
+        }
+    }
+    pg_sys::pfree(buf as *mut _);
+}
