@@ -85,26 +85,38 @@ unsafe extern "C-unwind" fn rowid_removed(tid: pg_sys::ItemPointer, state: *mut 
     super::rowid_from_tid(tid).is_some_and(|r| removed.contains(&r))
 }
 
-/// ANALYZE in PostgreSQL 16 samples `RelationGetNumberOfBlocks` blocks of
-/// the main fork, which is empty for pasv tables: no block is ever offered.
+/// ANALYZE samples blocks of the main fork, which `forklen` keeps as long
+/// as the rowid space: block `b` is rowids `b*291 .. b*291+290`.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn scan_analyze_next_block(
-    _scan: pg_sys::TableScanDesc,
-    _blockno: pg_sys::BlockNumber,
+    scan: pg_sys::TableScanDesc,
+    blockno: pg_sys::BlockNumber,
     _bstrategy: pg_sys::BufferAccessStrategy,
 ) -> bool {
-    false
+    let s = &mut *(scan as *mut PasvScan);
+    let lo = u64::from(blockno) * ROWS_PER_BLOCK;
+    s.stream.set_range(lo, lo + ROWS_PER_BLOCK);
+    true
 }
 
+/// The block's rows whose newest version (by a creator that did not abort)
+/// is a live tuple; those are sampled and counted live.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn scan_analyze_next_tuple(
-    _scan: pg_sys::TableScanDesc,
+    scan: pg_sys::TableScanDesc,
     _oldest_xmin: pg_sys::TransactionId,
-    _liverows: *mut f64,
+    liverows: *mut f64,
     _deadrows: *mut f64,
-    _slot: *mut pg_sys::TupleTableSlot,
+    slot: *mut pg_sys::TupleTableSlot,
 ) -> bool {
-    false
+    let s = &mut *(scan as *mut PasvScan);
+    s.build_live = true;
+    if s.next_or_clear(slot) {
+        *liverows += 1.0;
+        true
+    } else {
+        false
+    }
 }
 
 /// Feed every row whose creator did not abort to the index build callback
@@ -241,6 +253,7 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
     allvisfrac: *mut f64,
 ) {
     let (blocks, rows) = rowid_blocks(rel);
+    super::forklen::cover_blocks(rel, blocks);
     *pages = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
     *tuples = rows as f64;
     *allvisfrac = 0.0;

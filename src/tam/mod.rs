@@ -7,6 +7,7 @@
 
 pub mod ddl;
 mod fetch;
+mod forklen;
 mod maintenance;
 mod modify;
 mod rowops;

@@ -33,6 +33,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         Ok(r) => r,
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
     };
+    super::forklen::cover_rowid(rel, rowid);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
     let xid = full_xid as u32;
     tid_from_rowid(rowid, &mut (*tuple).t_self);

@@ -489,6 +489,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
             Ok(r) => r,
             Err(e) => e.raise(&doing),
         };
+        super::forklen::cover_rowid(rel, new_rowid);
         stored_value(tuple, new_rowid, full_xid, cid, &mut value);
         push(&mut batch, &keys::row_key(new_rowid, 0), &value);
         push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, Some(new_rowid)));

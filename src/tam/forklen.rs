@@ -1,0 +1,58 @@
+//! The main fork of a pasv table holds no data, but PostgreSQL 16's ANALYZE
+//! picks its sample from `RelationGetNumberOfBlocks()` blocks of it (there
+//! is no table-AM hook for that). So pasv keeps the fork as *long* as the
+//! table's rowid space (291 rowids a block) by writing one zero page at the
+//! end: a sparse file whose holes take no disk space. The analyze callbacks
+//! then read the sampled rowid blocks from the engine.
+//!
+//! Not WAL-logged and not fsynced: after a crash the fork may be shorter,
+//! which only makes ANALYZE sample fewer blocks until the next insert
+//! stretches it again.
+
+use pasv_am::keys::ROWS_PER_BLOCK;
+use pgrx::pg_sys;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    /// Known fork lengths by (db, relfilenumber), so the file is looked at
+    /// once per new rowid block, not once per row.
+    static KNOWN: RefCell<HashMap<(u32, u32), pg_sys::BlockNumber>> = RefCell::new(HashMap::new());
+}
+
+/// Make `rel`'s main fork at least long enough to cover `rowid`.
+///
+/// # Safety
+/// `rel` must be an open pasv relation.
+pub unsafe fn cover_rowid(rel: pg_sys::Relation, rowid: u64) {
+    cover_blocks(rel, rowid / ROWS_PER_BLOCK + 1);
+}
+
+/// Make `rel`'s main fork at least `blocks` blocks long.
+///
+/// # Safety
+/// `rel` must be an open pasv relation.
+pub unsafe fn cover_blocks(rel: pg_sys::Relation, blocks: u64) {
+    // MaxBlockNumber (0xFFFFFFFE) is a macro in C.
+    let target = blocks.min(0xFFFF_FFFE) as pg_sys::BlockNumber;
+    let key = {
+        let cf = super::cf_of(rel);
+        (cf.db, cf.rel)
+    };
+    if KNOWN.with(|k| k.borrow().get(&key).is_some_and(|&len| len >= target)) {
+        return;
+    }
+    let lock = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    pg_sys::LockRelationForExtension(rel, lock);
+    let smgr = pg_sys::RelationGetSmgr(rel);
+    let mut len = pg_sys::smgrnblocks(smgr, pg_sys::ForkNumber::MAIN_FORKNUM);
+    if len < target {
+        let page = pg_sys::palloc0(pg_sys::BLCKSZ as usize);
+        // Only the last page is written; everything before it is a hole.
+        pg_sys::smgrextend(smgr, pg_sys::ForkNumber::MAIN_FORKNUM, target - 1, page, true);
+        pg_sys::pfree(page);
+        len = target;
+    }
+    pg_sys::UnlockRelationForExtension(rel, lock);
+    KNOWN.with(|k| k.borrow_mut().insert(key, len));
+}
