@@ -178,8 +178,12 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
     client::call(
         |out| {
             let available = out.len();
-            protocol::encode_put_batch(cf, batch, out)
-                .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })
+            let len = protocol::encode_put_batch(cf, batch, out)
+                .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
+            // WAL first (DESIGN.md §4): the exact request, before the engine sees it.
+            // SAFETY: called in a backend inside the writing transaction.
+            unsafe { crate::wal::log_change(&out[..len]) };
+            Ok(len)
         },
         |bytes| match protocol::decode_response(bytes) {
             Ok(Response::Ok) => Ok(()),

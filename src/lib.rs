@@ -8,7 +8,8 @@
 //! * `engine_worker`   the background worker that owns RocksDB
 //! * `engine_client`   typed engine calls and the backend's write-behind buffer
 //! * `tam/`            the table access method callbacks
-//! * `xact`            pending drops, pre-commit flush, PREPARE refusal
+//! * `xact`            pending drops, pre-commit flush, PREPARE refusal, row-lock release
+//! * `wal`             every change logged to PostgreSQL's WAL as a logical message
 //! * `sql_api`         SQL-callable functions (`pasv.*`)
 //! * `error`           pasv errors → SQLSTATE + HINT
 
@@ -23,6 +24,7 @@ mod ipc;
 mod shmem;
 mod sql_api;
 mod tam;
+mod wal;
 mod xact;
 
 pgrx::pg_module_magic!();

@@ -6,7 +6,9 @@
 
 use pgrx::pg_sys;
 
-extern "C" {
+// Called only through pg_guard_ffi_boundary: an ERROR inside becomes a Rust
+// panic that unwinds these frames, then an ERROR again at pasv's edge.
+extern "C-unwind" {
     // storage/predicate.h; not in pgrx's PG16 bindings.
     fn PredicateLockRelation(relation: pg_sys::Relation, snapshot: pg_sys::Snapshot);
     fn PredicateLockTID(
@@ -26,7 +28,7 @@ extern "C" {
 /// `rel` open; `snapshot` valid or null.
 pub unsafe fn lock_relation(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
     if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
-        PredicateLockRelation(rel, snapshot);
+        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(rel, snapshot));
     }
 }
 
@@ -36,7 +38,8 @@ pub unsafe fn lock_relation(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
 /// `rel` open; `snapshot` valid; `tid` valid.
 pub unsafe fn lock_row(rel: pg_sys::Relation, tid: &mut pg_sys::ItemPointerData, snapshot: pg_sys::Snapshot, creator: u64) {
     if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
-        PredicateLockTID(rel, tid, snapshot, pg_sys::TransactionId::from(creator as u32));
+        let xid = pg_sys::TransactionId::from(creator as u32);
+        pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockTID(rel, tid, snapshot, xid));
     }
 }
 
@@ -48,7 +51,7 @@ pub unsafe fn conflict_out_needed(rel: pg_sys::Relation, snapshot: pg_sys::Snaps
     !rel.is_null()
         && !snapshot.is_null()
         && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC
-        && CheckForSerializableConflictOutNeeded(rel, snapshot)
+        && pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictOutNeeded(rel, snapshot))
 }
 
 /// A version written by `creator` was not visible to this reader: if the
@@ -60,7 +63,7 @@ pub unsafe fn conflict_out_needed(rel: pg_sys::Relation, snapshot: pg_sys::Snaps
 pub unsafe fn conflict_out(rel: pg_sys::Relation, creator: u64, snapshot: pg_sys::Snapshot) {
     let xid = pg_sys::TransactionId::from(creator as u32);
     if !pg_sys::TransactionIdIsCurrentTransactionId(xid) {
-        CheckForSerializableConflictOut(rel, xid, snapshot);
+        pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictOut(rel, xid, snapshot));
     }
 }
 
@@ -74,8 +77,10 @@ pub unsafe fn conflict_in(rel: pg_sys::Relation, rowid: Option<u64>) {
             let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
             super::tid_from_rowid(r, &mut tid);
             let block = (r / pasv_am::keys::ROWS_PER_BLOCK) as pg_sys::BlockNumber;
-            CheckForSerializableConflictIn(rel, &mut tid, block);
+            pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictIn(rel, &mut tid, block));
         }
-        None => CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber),
+        None => pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            CheckForSerializableConflictIn(rel, std::ptr::null_mut(), pg_sys::InvalidBlockNumber)
+        }),
     }
 }

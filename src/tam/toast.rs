@@ -10,7 +10,9 @@
 
 use pgrx::pg_sys;
 
-extern "C" {
+// Called only through pg_guard_ffi_boundary: an ERROR inside becomes a Rust
+// panic that unwinds these frames, then an ERROR again at pasv's edge.
+extern "C-unwind" {
     // access/heaptoast.h; not in pgrx's PG16 bindings.
     fn heap_toast_insert_or_update(
         rel: pg_sys::Relation,
@@ -52,7 +54,7 @@ unsafe fn has_external(tuple: pg_sys::HeapTuple) -> bool {
 pub unsafe fn prepare(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, old: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
     let old_external = !old.is_null() && has_external(old);
     if has_external(tuple) || old_external || (*tuple).t_len as usize > INLINE_LIMIT {
-        heap_toast_insert_or_update(rel, tuple, old, 0)
+        pg_sys::ffi::pg_guard_ffi_boundary(|| heap_toast_insert_or_update(rel, tuple, old, 0))
     } else {
         tuple
     }
@@ -65,7 +67,7 @@ pub unsafe fn prepare(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, old: pg_s
 /// `rel` open; `old` a valid heap tuple of `rel`.
 pub unsafe fn delete_external(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
     if has_external(old) {
-        heap_toast_delete(rel, old, false);
+        pg_sys::ffi::pg_guard_ffi_boundary(|| heap_toast_delete(rel, old, false));
     }
 }
 
@@ -77,7 +79,7 @@ pub unsafe fn delete_external(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
 /// `rel` open; `tuple` a valid heap tuple of `rel`'s row type.
 pub unsafe fn resave(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
     if has_external(tuple) {
-        heap_toast_insert_or_update(rel, tuple, std::ptr::null_mut(), 0)
+        pg_sys::ffi::pg_guard_ffi_boundary(|| heap_toast_insert_or_update(rel, tuple, std::ptr::null_mut(), 0))
     } else {
         tuple
     }

@@ -1,0 +1,19 @@
+-- Every change reaches PostgreSQL's WAL first, as a transactional logical
+-- message with prefix "pasv" holding the exact keys and values.
+CREATE TABLE w (id int PRIMARY KEY, v text) USING pasv;
+SELECT pg_current_wal_insert_lsn() AS lsn0 \gset
+INSERT INTO w SELECT g, 'x' FROM generate_series(1, 1000) g;
+UPDATE w SET v = 'y' WHERE id <= 10;
+DELETE FROM w WHERE id = 1;
+BEGIN;
+INSERT INTO w VALUES (5000, 'rolled back');
+ROLLBACK;
+VACUUM w;
+SELECT pg_current_wal_flush_lsn() AS lsn1 \gset
+\setenv LSN0 :lsn0
+\setenv LSN1 :lsn1
+-- 1000 rows with an index go one by one, 10 updates, 1 delete, the rolled-back
+-- insert (WAL keeps it; decoding drops it) and VACUUM's removals (one batch).
+\! "$PASV_PG_BIN/pg_waldump" -p "$PASV_TEST_PGDATA/pg_wal" -s "$LSN0" -e "$LSN1" -r LogicalMessage 2>/dev/null | grep -c 'transactional, prefix "pasv"'
+\! "$PASV_PG_BIN/pg_waldump" -p "$PASV_TEST_PGDATA/pg_wal" -s "$LSN0" -e "$LSN1" -r LogicalMessage 2>/dev/null | grep -c 'non-transactional'
+DROP TABLE w;

@@ -1,0 +1,37 @@
+//! The log (DESIGN.md §4): every change pasv makes to a column family is
+//! first written to PostgreSQL's WAL as a *transactional* logical message
+//! with prefix `pasv`, carrying the exact keys and values — the encoded
+//! `PutBatch` request itself (an empty value deletes a key). Messages of
+//! aborted (sub)transactions are dropped by logical decoding; replaying the
+//! committed ones in commit order rebuilds what a crash lost. The replay
+//! itself (flush flags, partial recovery) is the durability work still to
+//! come; the messages are written now, so the WAL already carries it all.
+
+use pgrx::pg_sys;
+use std::ffi::{c_char, CStr};
+
+/// The prefix of every pasv message (what the output plugin filters on).
+pub const PREFIX: &CStr = c"pasv";
+
+// Called only through pg_guard_ffi_boundary: an ERROR inside becomes a Rust
+// panic that unwinds these frames, then an ERROR again at pasv's edge.
+extern "C-unwind" {
+    // replication/message.h; not in pgrx's PG16 bindings.
+    fn LogLogicalMessage(
+        prefix: *const c_char,
+        message: *const c_char,
+        size: usize,
+        transactional: bool,
+    ) -> pg_sys::XLogRecPtr;
+}
+
+/// Log one change batch (an encoded `PutBatch`) in the current transaction,
+/// before it is sent to the engine. Assigns a transaction id if needed.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn log_change(encoded_put_batch: &[u8]) -> pg_sys::XLogRecPtr {
+    pg_sys::ffi::pg_guard_ffi_boundary(|| {
+        LogLogicalMessage(PREFIX.as_ptr(), encoded_put_batch.as_ptr() as *const c_char, encoded_put_batch.len(), true)
+    })
+}
