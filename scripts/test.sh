@@ -181,7 +181,10 @@ run_regress() {
 run_pgbench_invariant() {
   local data=$1 port=$2 log=$TEST_DIR/pgbench.log t=$SECONDS
   init_cluster "$data" "$port"
-  echo "max_connections = 50" >>"$data/pasv.conf"
+  {
+    echo "max_connections = 50"
+    echo "autovacuum_naptime = 10"   # let autovacuum visit the tables during the run
+  } >>"$data/pasv.conf"
   start_cluster "$data" "$log"
   wait_ready "$port"
   say "pgbench invariant on port $port (scale 10, 8 clients, ${PASV_PGBENCH_SECONDS:-60} s)"

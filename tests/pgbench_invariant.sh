@@ -39,6 +39,10 @@ if [ "$n" != "$processed" ]; then echo "FAIL: $n history rows for $processed tra
 accounts=$(psql -c "SELECT count(*) FROM pgbench_accounts")
 if [ "$accounts" != "$((scale * 100000))" ]; then echo "FAIL: $accounts accounts, expected $((scale * 100000))"; exit 1; fi
 echo "pgbench invariant holds"
+# Autovacuum ran pasv's VACUUM / ANALYZE alongside the writers (reported, not asserted:
+# whether it triggers within the run depends on timing).
+psql -c "SELECT 'autovacuum runs: ' || sum(autovacuum_count) || ', autoanalyze runs: ' || sum(autoanalyze_count)
+           FROM pg_stat_user_tables WHERE relname LIKE 'pgbench_%'"
 
 # Concurrent upserts: every committed transaction adds exactly 1 to one of
 # five counters (INSERT ... ON CONFLICT DO UPDATE from several clients).
