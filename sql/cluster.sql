@@ -1,9 +1,10 @@
 -- VACUUM FULL and CLUSTER rewrite a pasv table into a new column family,
 -- keeping every row, its large (toasted) values and its indexes.
-CREATE TABLE c (id int PRIMARY KEY, grp int, doc text) USING pasv;
+CREATE TABLE c (id int PRIMARY KEY, grp int, doc text, k int) USING pasv;
 INSERT INTO c SELECT g, g % 5,
        CASE WHEN g % 50 = 0 THEN (SELECT string_agg(md5((g * 1000 + i)::text), '') FROM generate_series(1, 600) i)
-            ELSE 'small ' || g END
+            ELSE 'small ' || g END,
+       (g * 7919) % 2003
   FROM generate_series(1, 2000) g;
 UPDATE c SET grp = grp + 10 WHERE id <= 500;
 DELETE FROM c WHERE id > 1900;
@@ -18,8 +19,16 @@ SELECT count(*) AS old_cf_left FROM pasv.column_families() WHERE relfilenumber =
 SET enable_seqscan = off;
 SELECT id, grp, length(doc) FROM c WHERE id IN (50, 100, 1900, 1950) ORDER BY id;
 RESET enable_seqscan;
-CLUSTER c USING c_pkey;
+-- CLUSTER renumbers the rows in index order: a table scan then follows k.
+CREATE INDEX c_k ON c (k);
+SELECT bool_and(in_order) AS k_order_before FROM (SELECT k >= lag(k, 1, -1) OVER (ORDER BY ctid) AS in_order FROM c) x;
+CLUSTER c USING c_k;
+SELECT bool_and(in_order) AS k_order_after FROM (SELECT k >= lag(k, 1, -1) OVER (ORDER BY ctid) AS in_order FROM c) x;
 SELECT md5(string_agg(id || ':' || grp || ':' || doc, ',' ORDER BY id)) = :'digest_before' AS same_rows FROM c;
+SET enable_seqscan = off;
+SELECT id, k FROM c WHERE id = 1234;
+SELECT id, k FROM c WHERE k = (1234 * 7919) % 2003;
+RESET enable_seqscan;
 UPDATE c SET doc = doc || '!' WHERE id = 100;
 INSERT INTO c VALUES (5000, 1, 'new');
 SELECT count(*), count(DISTINCT ctid), right((SELECT doc FROM c WHERE id = 100), 3) AS tail FROM c;

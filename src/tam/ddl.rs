@@ -73,8 +73,8 @@ pub unsafe extern "C-unwind" fn relation_copy_data(
 }
 
 /// CLUSTER and VACUUM FULL: the new relation gets every version a snapshot
-/// may still need, under the same rowids. CLUSTER's index order is not
-/// applied (pasv keeps rows in rowid order; a NOTICE says so).
+/// may still need; CLUSTER renumbers the rows in the index's order (a
+/// table scan returns rows in rowid order), VACUUM FULL keeps their rowids.
 #[pgrx::pg_guard]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
@@ -89,14 +89,10 @@ pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
     tups_vacuumed: *mut f64,
     tups_recently_dead: *mut f64,
 ) {
-    if !old_index.is_null() {
-        pgrx::notice!(
-            "pasv keeps rows in rowid order: CLUSTER rewrites {} without reordering it by the index",
-            rel_name(old)
-        );
-    }
     let doing = format!("rewriting {}", rel_name(old));
-    let report = super::vacuum::copy_rows(old, new, oldest_xmin, *xid_cutoff, &doing);
+    // CLUSTER: new rowids in index order, so scans return rows in that order.
+    let order = (!old_index.is_null()).then(|| super::vacuum::index_order(old, old_index, &doing));
+    let report = super::vacuum::copy_rows(old, new, oldest_xmin, *xid_cutoff, order.as_ref(), &doing);
     *num_tuples = report.live_rows;
     *tups_vacuumed = report.removed_versions;
     *tups_recently_dead = report.kept_dead_versions;

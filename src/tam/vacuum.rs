@@ -7,9 +7,9 @@ use super::cf_of;
 use crate::{engine_client, error};
 use pasv_am::keys;
 use pasv_am::protocol::BatchBuilder;
-use pasv_am::row::{RowHeader, FLAG_FROZEN, HEADER_LEN};
+use pasv_am::row::{RowHeader, FLAG_FROZEN, FLAG_MOVED, HEADER_LEN};
 use pgrx::pg_sys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 pub struct VacuumReport {
     pub live_rows: u64,
@@ -168,9 +168,9 @@ pub struct CopyReport {
 }
 
 /// CLUSTER / VACUUM FULL: copy every version some snapshot may still need
-/// from `old` into `new` under the same keys (rows keep their rowids, so
-/// CLUSTER does not reorder them), freezing committed versions older than
-/// `freeze_limit`. Large values are saved again through the toaster: the
+/// from `old` into `new`, freezing committed versions older than
+/// `freeze_limit`. Rows keep their rowids (VACUUM FULL) or take the new ones
+/// `renumber` gives them (CLUSTER: index order), "moved" links included. Large values are saved again through the toaster: the
 /// TOAST tables are swapped by content afterwards, so the new one must hold
 /// them (heap's rewrite does the same).
 ///
@@ -181,6 +181,7 @@ pub unsafe fn copy_rows(
     new: pg_sys::Relation,
     oldest_xmin: pg_sys::TransactionId,
     freeze_limit: pg_sys::TransactionId,
+    renumber: Option<&HashMap<u64, u64>>,
     doing: &str,
 ) -> CopyReport {
     let cf_old = cf_of(old);
@@ -228,7 +229,21 @@ pub unsafe fn copy_rows(
             if !header.is_frozen() && precedes(header.xid, out.report.new_relfrozenxid) {
                 out.report.new_relfrozenxid = pg_sys::TransactionId::from(header.xid as u32);
             }
-            out.push(&keys::row_key(rowid, *version), &stored, doing);
+            let target = renumber.map_or(rowid, |m| m.get(&rowid).copied().unwrap_or(rowid));
+            if header.is_moved() {
+                if let Some(m) = renumber {
+                    match m.get(&header.moved_to) {
+                        Some(&to) => header.moved_to = to,
+                        // The row it moved to is gone for everyone: a plain delete.
+                        None => {
+                            header.flags &= !FLAG_MOVED;
+                            header.moved_to = 0;
+                        }
+                    }
+                    stored[..HEADER_LEN].copy_from_slice(&header.encode());
+                }
+            }
+            out.push(&keys::row_key(target, *version), &stored, doing);
         }
         if !row_dead && head.is_some_and(|h| !rows[h].2.is_tombstone()) {
             out.report.live_rows += 1;
@@ -251,4 +266,34 @@ pub unsafe fn copy_rows(
         removed_versions: out.report.removed_versions as f64,
         kept_dead_versions: kept_dead as f64,
     }
+}
+
+/// CLUSTER's new rowids: rows in the order of `index` (read with SnapshotAny,
+/// first entry of a row wins), then rows no index entry names, in rowid order.
+///
+/// # Safety
+/// Backend inside CLUSTER's transaction; both relations open and locked.
+pub unsafe fn index_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing: &str) -> HashMap<u64, u64> {
+    let mut order: HashMap<u64, u64> = HashMap::new();
+    let scan = pg_sys::index_beginscan(rel, index, &raw mut pg_sys::SnapshotAnyData, 0, 0);
+    pg_sys::index_rescan(scan, std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+    // Bounded by the index: each call returns the next entry or null.
+    loop {
+        let tid = pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection);
+        if tid.is_null() {
+            break;
+        }
+        if let Some(rowid) = super::rowid_from_tid(tid) {
+            let next = order.len() as u64;
+            order.entry(rowid).or_insert(next);
+        }
+    }
+    pg_sys::index_endscan(scan);
+    let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+        let next = order.len() as u64;
+        order.entry(v.rowid).or_insert(next);
+        true
+    });
+    order
 }
