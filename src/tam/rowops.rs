@@ -123,11 +123,12 @@ impl Chain {
     /// aborted, and all older than the newest version visible to every
     /// snapshot (heap's pruning, done while the row lock is held).
     unsafe fn dead_versions(&self, rel: pg_sys::Relation) -> Vec<u32> {
-        let horizon = pg_sys::GetOldestNonRemovableTransactionId(rel);
+        // heap's pruning test: cached horizons, no proc-array scan per row.
+        let vis = pg_sys::GlobalVisTestFor(rel);
         let all_visible = self.versions.iter().position(|v| {
             v.creator == Creator::Committed
                 && (v.header.is_frozen()
-                    || pg_sys::TransactionIdPrecedes(pg_sys::TransactionId::from(v.header.xid as u32), horizon))
+                    || pg_sys::GlobalVisTestIsRemovableXid(vis, pg_sys::TransactionId::from(v.header.xid as u32)))
         });
         self.versions
             .iter()
