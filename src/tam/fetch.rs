@@ -96,12 +96,7 @@ unsafe fn fetch_copy(rel: pg_sys::Relation, rowid: u64, reader: Reader, slot: *m
             if let Reader::Snapshot(snapshot) = reader {
                 super::ssi::lock_row(rel, &mut t.t_self, snapshot, row.creator);
             }
-            let copy = pg_sys::heap_copytuple(&mut t);
-            if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
-                pg_sys::ExecStoreHeapTuple(copy, slot, true);
-            } else {
-                pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
-            }
+            super::store_copy_in_slot(&mut t, slot);
             true
         }
         None => false,

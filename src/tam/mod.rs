@@ -142,6 +142,19 @@ pub unsafe fn store_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys
     }
 }
 
+/// Put a copy of `tuple` in `slot`; the slot owns (and frees) the copy.
+///
+/// # Safety
+/// `tuple` must describe a valid heap tuple.
+pub unsafe fn store_copy_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys::TupleTableSlot) {
+    let copy = pg_sys::heap_copytuple(tuple);
+    if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
+        pg_sys::ExecStoreHeapTuple(copy, slot, true);
+    } else {
+        pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
+    }
+}
+
 /// Fill `tuple` to describe a resolved row of `rel`.
 ///
 /// # Safety

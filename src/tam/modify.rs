@@ -34,44 +34,16 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
     };
     super::forklen::cover_rowid(rel, rowid);
+    check_row_size(rel, (*tuple).t_len as usize);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
-    let xid = full_xid as u32;
-    tid_from_rowid(rowid, &mut (*tuple).t_self);
-
-    // The stored heap tuple header says who created it, like heap_insert.
-    let h = (*tuple).t_data;
-    (*h).t_infomask &= !(pg_sys::HEAP_XACT_MASK as u16);
-    (*h).t_infomask2 &= !(pg_sys::HEAP2_XACT_MASK as u16);
-    (*h).t_infomask |= pg_sys::HEAP_XMAX_INVALID as u16;
-    (*h).t_choice.t_heap.t_xmin = pg_sys::TransactionId::from(xid);
-    (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
-    (*h).t_choice.t_heap.t_field3.t_cid = cid;
-    (*h).t_ctid = (*tuple).t_self;
-    (*slot_tuple).t_self = (*tuple).t_self;
-    (*slot).tts_tid = (*tuple).t_self;
-
-    let tuple_bytes = std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize);
-    let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
-    if HEADER_LEN + tuple_bytes.len() > limit {
-        error::raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "row of {} bytes is too large for pasv table {} (limit {} bytes)",
-                tuple_bytes.len(),
-                rel_name(rel),
-                limit - HEADER_LEN
-            ),
-            "Raise pasv.channel_buffer_size (needs a restart), or store large values in a heap table.",
-        );
-    }
-    let header = RowHeader { flags: 0, cid, xid: full_xid, moved_to: 0 };
     let result = VALUE.with(|v| {
         let mut v = v.borrow_mut();
-        v.clear();
-        v.extend_from_slice(&header.encode());
-        v.extend_from_slice(tuple_bytes);
-        engine_client::buffer_put(cf, xid, &keys::row_key(rowid, 0), &v)
+        stored_value(tuple, rowid, full_xid, cid, &mut v);
+        engine_client::buffer_put(cf, full_xid as u32, &keys::row_key(rowid, 0), &v)
     });
+    // The slot keeps the untoasted tuple; it learns the TID like heap's does.
+    (*slot_tuple).t_self = (*tuple).t_self;
+    (*slot).tts_tid = (*tuple).t_self;
     if let Err(e) = result {
         e.raise(&format!("inserting into {}", rel_name(rel)));
     }
@@ -81,6 +53,36 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     }
     if should_free {
         pg_sys::heap_freetuple(slot_tuple);
+    }
+}
+
+/// Stamp a heap tuple's header as created by (xid, cid) at `rowid` and build
+/// its stored value.
+pub(super) unsafe fn stored_value(tuple: pg_sys::HeapTuple, rowid: u64, full_xid: u64, cid: pg_sys::CommandId, out: &mut Vec<u8>) {
+    tid_from_rowid(rowid, &mut (*tuple).t_self);
+    let h = (*tuple).t_data;
+    (*h).t_infomask &= !(pg_sys::HEAP_XACT_MASK as u16);
+    (*h).t_infomask2 &= !(pg_sys::HEAP2_XACT_MASK as u16);
+    (*h).t_infomask |= pg_sys::HEAP_XMAX_INVALID as u16;
+    (*h).t_choice.t_heap.t_xmin = pg_sys::TransactionId::from(full_xid as u32);
+    (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
+    (*h).t_choice.t_heap.t_field3.t_cid = cid;
+    (*h).t_ctid = (*tuple).t_self;
+    out.clear();
+    out.extend_from_slice(&RowHeader { flags: 0, cid, xid: full_xid, moved_to: 0 }.encode());
+    out.extend_from_slice(std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize));
+}
+
+/// Rows must fit one channel buffer with their header (larger values have
+/// been toasted by then; this catches many wide columns).
+pub(super) unsafe fn check_row_size(rel: pg_sys::Relation, tuple_len: usize) {
+    let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
+    if HEADER_LEN + tuple_len > limit {
+        error::raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("row of {tuple_len} bytes is too large for pasv table {} (limit {} bytes)", rel_name(rel), limit - HEADER_LEN),
+            "Raise pasv.channel_buffer_size (needs a restart), or store large values in a heap table.",
+        );
     }
 }
 

@@ -14,6 +14,7 @@
 //! locked through `tuple_lock(FIND_LAST_VERSION)`.
 
 use super::visibility::{self, Reader};
+use super::modify::{check_row_size, stored_value};
 use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
 use pasv_am::keys::{self, ROW_KEY_LEN};
@@ -336,23 +337,6 @@ unsafe fn has_after_update_row_triggers(rel: pg_sys::Relation) -> bool {
     !t.is_null() && (*t).trig_update_after_row
 }
 
-/// Stamp a heap tuple's header as created by (xid, cid) at `rowid` and build
-/// its stored value.
-unsafe fn stored_value(tuple: pg_sys::HeapTuple, rowid: u64, full_xid: u64, cid: pg_sys::CommandId, out: &mut Vec<u8>) {
-    tid_from_rowid(rowid, &mut (*tuple).t_self);
-    let h = (*tuple).t_data;
-    (*h).t_infomask &= !(pg_sys::HEAP_XACT_MASK as u16);
-    (*h).t_infomask2 &= !(pg_sys::HEAP2_XACT_MASK as u16);
-    (*h).t_infomask |= pg_sys::HEAP_XMAX_INVALID as u16;
-    (*h).t_choice.t_heap.t_xmin = pg_sys::TransactionId::from(full_xid as u32);
-    (*h).t_choice.t_heap.t_xmax = pg_sys::InvalidTransactionId;
-    (*h).t_choice.t_heap.t_field3.t_cid = cid;
-    (*h).t_ctid = (*tuple).t_self;
-    out.clear();
-    out.extend_from_slice(&RowHeader { flags: 0, cid, xid: full_xid, moved_to: 0 }.encode());
-    out.extend_from_slice(std::slice::from_raw_parts((*tuple).t_data as *const u8, (*tuple).t_len as usize));
-}
-
 fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u8; HEADER_LEN] {
     let (flags, moved_to) = match moved_to {
         Some(r) => (FLAG_TOMBSTONE | FLAG_MOVED, r),
@@ -472,14 +456,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
     // Large values go to TOAST; unchanged ones are shared with the old version.
     let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
-    let limit = pasv_am::protocol::max_entry_payload(engine_client::batch_capacity());
-    if HEADER_LEN + (*tuple).t_len as usize > limit {
-        error::raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("row of {} bytes is too large for pasv table {} (limit {} bytes)", (*tuple).t_len, rel_name(rel), limit - HEADER_LEN),
-            "Raise pasv.channel_buffer_size (needs a restart), or store large values in a heap table.",
-        );
-    }
+    check_row_size(rel, (*tuple).t_len as usize);
 
     let mut value = Vec::with_capacity(HEADER_LEN + (*tuple).t_len as usize);
     let mut batch = BatchBuilder::new();
@@ -600,12 +577,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
 /// Store a copy of version `i` in `slot` (the slot owns it).
 unsafe fn store_copy(chain: &Chain, rel: pg_sys::Relation, rowid: u64, i: usize, slot: *mut pg_sys::TupleTableSlot) {
     let mut t = chain.tuple(rel, rowid, i);
-    let copy = pg_sys::heap_copytuple(&mut t);
-    if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
-        pg_sys::ExecStoreHeapTuple(copy, slot, true);
-    } else {
-        pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
-    }
+    super::store_copy_in_slot(&mut t, slot);
 }
 
 /// Follow "moved" links from `tid` to the row's current rowid.
