@@ -6,7 +6,17 @@
 //! [`Engine`] is `Send + Sync`: the engine worker's service threads share one.
 //!
 //! Invariants:
-//! * Every write uses `disable_wal` (DESIGN §4: PostgreSQL's WAL is the only log).
+//! * Every write uses `disable_wal` (DESIGN §4: PostgreSQL's WAL is the only
+//!   log), except in the `engine_wal` durability mode (the double-logging
+//!   baseline of DESIGN §7).
+//! * WAL before data ([`crate::wal_order`]): a CF's `max_lsn` is raised before
+//!   any write that carries an LSN, and no memtable flush starts before the
+//!   PostgreSQL WAL is durable up to it.
+//! * Flush flags ([`crate::flush_flag`]) of one CF only ever move forward:
+//!   a flag is written only if its commit LSN is above the CF's last one.
+//! * A clean close leaves a marker in the meta CF; open removes it durably
+//!   before anything else is written, so "opened clean" means no memtable
+//!   was lost since the last close.
 //! * All CFs share one `WriteBufferManager` (memtable budget) and one LRU block
 //!   cache, with index and filter blocks charged to it, so memory stays bounded
 //!   however many tables exist.
@@ -42,7 +52,9 @@ use rocksdb::{
 use thiserror::Error;
 
 use crate::cf_name::{TableCf, META_CF};
+use crate::flush_flag::{FlushFlag, FLAG_KEY};
 use crate::keys::{decode_row_key, row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+use crate::wal_order::{self, LsnBook, NoWal, WalDurability};
 
 /// Deleted keys one iterator step of a per-row scan may skip before the
 /// scan seeks instead (pruning leaves delete markers behind live versions
@@ -63,6 +75,40 @@ type Db = DBWithThreadMode<MultiThreaded>;
 const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
 /// Incarnations start at 1; 0 never names a CF.
 const FIRST_INCARNATION: u64 = 1;
+/// Meta CF key present only between a clean close and the next open.
+const CLEAN_CLOSE_KEY: &[u8] = b"clean_close";
+/// Meta CF key prefix of a CF's creation LSN (followed by the CF name).
+const CREATED_LSN_PREFIX: &[u8] = b"created_lsn.";
+
+/// How changes are made durable (`pasv.durability`, DESIGN §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// PostgreSQL WAL only; flush flags and partial replay (the product).
+    Pasv,
+    /// RocksDB WAL on and synced at commit, as well as the PostgreSQL WAL.
+    EngineWal,
+    /// PostgreSQL WAL only; no flags, replay everything retained.
+    Naive,
+    /// No log at all; a crash empties every table.
+    Unlogged,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Pasv => "pasv",
+            Durability::EngineWal => "engine_wal",
+            Durability::Naive => "naive",
+            Durability::Unlogged => "unlogged",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Durability> {
+        [Durability::Pasv, Durability::EngineWal, Durability::Naive, Durability::Unlogged]
+            .into_iter()
+            .find(|d| d.name() == name)
+    }
+}
 
 /// How to open the engine.
 #[derive(Clone, Debug)]
@@ -75,6 +121,8 @@ pub struct EngineConfig {
     pub block_cache_bytes: usize,
     /// RocksDB background flush + compaction threads; ≤ 0 keeps RocksDB's default.
     pub background_jobs: i32,
+    /// `pasv.durability`.
+    pub durability: Durability,
 }
 
 /// What the engine failed to do, classified for the backend by [`EngineError::code`].
@@ -161,6 +209,43 @@ struct TableEntry {
     cf: TableCf,
     name: String,
     next_rowid: AtomicU64,
+    /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
+    /// (shared with the flush listener).
+    max_lsn: Arc<AtomicU64>,
+    /// Commit LSN of the newest flag written (it may not be persisted yet).
+    flag_lsn: Mutex<u64>,
+    /// WAL insert position when the CF was created: replay never applies a
+    /// transaction that committed before it (a reused relfilenumber's past).
+    created_lsn: u64,
+}
+
+impl TableEntry {
+    fn new(cf: TableCf, next_rowid: u64, created_lsn: u64) -> TableEntry {
+        TableEntry {
+            cf,
+            name: cf.name(),
+            next_rowid: AtomicU64::new(next_rowid),
+            max_lsn: Arc::new(AtomicU64::new(0)),
+            flag_lsn: Mutex::new(0),
+            created_lsn,
+        }
+    }
+}
+
+/// Where one CF stands on persistence (answer to `persistence`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CfPersistence {
+    pub cf: TableCf,
+    /// The flag read with `ReadTier::Persisted`: its commit LSN is the local DPP.
+    pub persisted: Option<FlushFlag>,
+    /// Commit LSN of the newest flag written into the memtable (0: none).
+    pub latest_flag_lsn: u64,
+    /// The memtables hold entries not yet flushed.
+    pub dirty: bool,
+    pub memtable_bytes: u64,
+    pub sst_bytes: u64,
+    pub max_lsn: u64,
+    pub created_lsn: u64,
 }
 
 /// DDL state, guarded by `Engine::ddl`.
@@ -179,6 +264,9 @@ pub struct Engine {
     row_locks: Mutex<RowLockTable>,
     write_options: WriteOptions,
     cf_options: Options,
+    lsn_book: Arc<LsnBook>,
+    durability: Durability,
+    opened_clean: bool,
     _block_cache: Cache,
     _write_buffer_manager: WriteBufferManager,
 }
@@ -189,8 +277,15 @@ const _: () = {
 };
 
 impl Engine {
-    /// Opens (creating if needed) the RocksDB instance and every CF in it.
+    /// Opens the engine for use outside PostgreSQL (tests): no WAL to wait for.
     pub fn open(cfg: EngineConfig) -> Result<Engine, EngineError> {
+        Engine::open_with_wal(cfg, Arc::new(NoWal))
+    }
+
+    /// Opens (creating if needed) the RocksDB instance and every CF in it;
+    /// `wal` makes PostgreSQL's WAL durable before any memtable flush.
+    pub fn open_with_wal(cfg: EngineConfig, wal: Arc<dyn WalDurability>) -> Result<Engine, EngineError> {
+        let lsn_book = Arc::new(LsnBook::new(wal));
         let block_cache = Cache::new_lru_cache(cfg.block_cache_bytes);
         // allow_stall = false: over budget, RocksDB flushes the largest memtable
         // instead of blocking writers (a stalled writer could hold up the thread
@@ -212,6 +307,12 @@ impl Engine {
         options.set_bottommost_compression_type(DBCompressionType::Zstd);
         if cfg.background_jobs > 0 {
             options.set_max_background_jobs(cfg.background_jobs);
+        }
+        {
+            use rocksdb::AsRawPtr;
+            // SAFETY: the options object is alive; the listener holds its own
+            // reference to the book.
+            unsafe { wal_order::install(options.as_raw_ptr() as *mut std::ffi::c_void, &lsn_book) };
         }
 
         let mut names = BTreeSet::from([DEFAULT_COLUMN_FAMILY_NAME.to_owned(), META_CF.to_owned()]);
@@ -258,22 +359,43 @@ impl Engine {
             .unwrap_or(FIRST_INCARNATION);
         let next_incarnation = persisted.max(past_names).max(FIRST_INCARNATION);
 
+        let meta = db
+            .cf_handle(META_CF)
+            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
         let mut tables = HashMap::with_capacity(newest.len());
         for (key, cf) in newest {
             let name = cf.name();
             let next_rowid = next_rowid_from_data(&db, &name)?;
-            tables.insert(
-                key,
-                Arc::new(TableEntry {
-                    cf,
-                    name,
-                    next_rowid: AtomicU64::new(next_rowid),
-                }),
-            );
+            let created_lsn = db
+                .get_cf(&meta, created_lsn_key(&name))
+                .map_err(rocks("read a creation LSN"))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(0, u64::from_le_bytes);
+            let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
+            if let Some(flag) = read_flag(&db, &name, true)? {
+                *entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner) = flag.commit_lsn;
+            }
+            lsn_book.register(cf, Arc::clone(&entry.max_lsn));
+            tables.insert(key, entry);
         }
 
+        // The marker goes durably before anything else can be written, so a
+        // crash from here on is never mistaken for a clean close.
+        let opened_clean = db
+            .get_cf(&meta, CLEAN_CLOSE_KEY)
+            .map_err(rocks("read the clean-close marker"))?
+            .is_some();
+        if opened_clean {
+            let mut once = WriteOptions::default();
+            once.disable_wal(true);
+            db.delete_cf_opt(&meta, CLEAN_CLOSE_KEY, &once)
+                .map_err(rocks("remove the clean-close marker"))?;
+            db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
+        }
+        drop(meta);
+
         let mut write_options = WriteOptions::default();
-        write_options.disable_wal(true);
+        write_options.disable_wal(cfg.durability != Durability::EngineWal);
 
         Ok(Engine {
             db,
@@ -282,6 +404,9 @@ impl Engine {
             row_locks: Mutex::new(RowLockTable::new()),
             write_options,
             cf_options: options,
+            lsn_book,
+            durability: cfg.durability,
+            opened_clean,
             _block_cache: block_cache,
             _write_buffer_manager: write_buffer_manager,
         })
@@ -291,11 +416,17 @@ impl Engine {
     /// existing CF for `(db, rel)` is an orphan (its creator aborted or
     /// crashed and the relfilenumber was reused) and is dropped first.
     pub fn create_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
+        self.create_cf_at(cf, 0)
+    }
+
+    /// [`Engine::create_cf`], recording `created_lsn` (the WAL insert
+    /// position, already durable) as the CF's creation point.
+    pub fn create_cf_at(&self, cf: CfRef, created_lsn: u64) -> Result<TableCf, EngineError> {
         let mut ddl = self.lock_ddl();
         if let Some(orphan) = self.lookup(cf) {
             self.drop_table(cf, &orphan)?;
         }
-        let entry = self.create_incarnation(&mut ddl, cf)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // A new table has no rows: any lock on (db, rel) is from a past life
@@ -340,13 +471,19 @@ impl Engine {
     /// The new CF is created before the old one is dropped, so a crash in
     /// between leaves two incarnations, and open keeps the new (empty) one.
     pub fn truncate_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
+        self.truncate_cf_at(cf, 0)
+    }
+
+    /// [`Engine::truncate_cf`] with the new CF's creation LSN.
+    pub fn truncate_cf_at(&self, cf: CfRef, created_lsn: u64) -> Result<TableCf, EngineError> {
         let mut ddl = self.lock_ddl();
         let old = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
-        let entry = self.create_incarnation(&mut ddl, cf)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // Rowids restart at 0 from now on; even if dropping the old CF fails.
         self.row_locks().forget_cf(cf);
+        self.lsn_book.forget(old.cf);
         self.db
             .drop_cf(&old.name)
             .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
@@ -371,6 +508,12 @@ impl Engine {
     /// Writes the entries atomically (one WriteBatch, RocksDB WAL off). Every
     /// key must be a row key ([`crate::keys::row_key`]) of a rowid ≤ `MAX_ROWID`.
     pub fn put_batch(&self, cf: CfRef, batch: EntryBatch<'_>) -> Result<(), EngineError> {
+        self.put_batch_at(cf, 0, batch)
+    }
+
+    /// [`Engine::put_batch`] of the change logged by the WAL record ending at
+    /// `lsn` (0: already durable, e.g. replay).
+    pub fn put_batch_at(&self, cf: CfRef, lsn: u64, batch: EntryBatch<'_>) -> Result<(), EngineError> {
         let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
         let handle = self.handle(cf, &entry)?;
         let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
@@ -401,6 +544,8 @@ impl Engine {
         if let Some(max_rowid) = max_rowid {
             entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
         }
+        // Before the write: a flush that sees the write also sees its LSN.
+        entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
         self.db
             .write_opt(write, &self.write_options)
             .map_err(rocks_with(|| {
@@ -573,11 +718,147 @@ impl Engine {
         Ok(())
     }
 
-    /// Flushes everything and closes RocksDB.
+    /// Flushes everything, marks the close clean and closes RocksDB. The
+    /// caller has made the WAL durable past every write (no flush waits).
     pub fn close(self) -> Result<(), EngineError> {
         self.flush_all()?;
+        let meta = self.meta_handle()?;
+        self.db
+            .put_cf_opt(&meta, CLEAN_CLOSE_KEY, [1u8], &self.write_options)
+            .map_err(rocks("write the clean-close marker"))?;
+        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
+        drop(meta);
         drop(self);
         Ok(())
+    }
+
+    /// Whether the last close was clean (nothing in memtables was lost).
+    pub fn opened_clean(&self) -> bool {
+        self.opened_clean
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Highest LSN any flush has waited for the WAL to reach.
+    pub fn wal_flushed_for_flushes(&self) -> u64 {
+        self.lsn_book.flushed_for.load(Ordering::Relaxed)
+    }
+
+    /// Empties every table (the `unlogged` mode after a crash: like
+    /// PostgreSQL's unlogged tables, their contents are gone).
+    pub fn truncate_all(&self) -> Result<usize, EngineError> {
+        let all: Vec<CfRef> = self.tables().keys().copied().collect();
+        for cf in &all {
+            self.truncate_cf(*cf)?;
+        }
+        Ok(all.len())
+    }
+
+    // --- flush flags and persistence points (DESIGN §5) ---------------------
+
+    /// Writes a flush flag for transaction `xid` (commit record ending at
+    /// `commit_lsn`) into each of `rels` of database `db` that exists. A CF
+    /// whose newest flag is already later is left alone (flags only move
+    /// forward; the later flag covers this commit too).
+    pub fn write_flags(
+        &self,
+        db: u32,
+        rels: impl Iterator<Item = u32>,
+        xid: u32,
+        commit_lsn: u64,
+        first_lsn: u64,
+        last_lsn: u64,
+    ) -> Result<usize, EngineError> {
+        let mut written = 0;
+        for rel in rels {
+            let cf = CfRef { db, rel };
+            let Some(entry) = self.lookup(cf) else {
+                continue; // dropped since: nothing to describe
+            };
+            let mut newest = entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner);
+            if *newest >= commit_lsn {
+                continue;
+            }
+            let Ok(handle) = self.handle(cf, &entry) else {
+                continue;
+            };
+            let flag = FlushFlag { cf: entry.cf, commit_lsn, first_lsn, last_lsn, xid };
+            entry.max_lsn.fetch_max(commit_lsn, Ordering::SeqCst);
+            self.db
+                .put_cf_opt(&handle, FLAG_KEY, flag.encode(), &self.write_options)
+                .map_err(rocks_with(|| format!("write the flush flag of {}", entry.name)))?;
+            *newest = commit_lsn;
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    /// Where every CF of database `db` (every database: `None`) stands.
+    pub fn persistence(&self, db: Option<u32>) -> Result<Vec<CfPersistence>, EngineError> {
+        let mut entries: Vec<(CfRef, Arc<TableEntry>)> = self
+            .tables()
+            .iter()
+            .filter(|(key, _)| db.is_none_or(|d| key.db == d))
+            .map(|(key, entry)| (*key, Arc::clone(entry)))
+            .collect();
+        entries.sort_by_key(|(key, _)| *key);
+        let mut out = Vec::with_capacity(entries.len());
+        for (key, entry) in entries {
+            let Ok(handle) = self.handle(key, &entry) else {
+                continue;
+            };
+            let property = |name: &properties::PropName| {
+                self.db
+                    .property_int_value_cf(&handle, name)
+                    .map(Option::unwrap_or_default)
+                    .map_err(rocks_with(|| format!("read properties of {}", entry.name)))
+            };
+            let unflushed = property(properties::NUM_ENTRIES_ACTIVE_MEM_TABLE)?
+                + property(properties::NUM_ENTRIES_IMM_MEM_TABLES)?
+                + property(properties::NUM_DELETES_ACTIVE_MEM_TABLE)?
+                + property(properties::NUM_DELETES_IMM_MEM_TABLES)?;
+            out.push(CfPersistence {
+                cf: entry.cf,
+                persisted: read_flag(&self.db, &entry.name, true)?,
+                latest_flag_lsn: *entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner),
+                dirty: unflushed > 0,
+                memtable_bytes: property(properties::CUR_SIZE_ALL_MEM_TABLES)?,
+                sst_bytes: property(properties::TOTAL_SST_FILES_SIZE)?,
+                max_lsn: entry.max_lsn.load(Ordering::SeqCst),
+                created_lsn: entry.created_lsn,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Flushes one table's memtables and waits (bounded recovery).
+    pub fn flush_cf(&self, cf: CfRef) -> Result<(), EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        match self.db.flush_cf_opt(&handle, &FlushOptions::default()) {
+            Err(e) if e.kind() == ErrorKind::ColumnFamilyDropped => Ok(()),
+            result => result.map_err(rocks_with(|| format!("flush {}", entry.name))),
+        }
+    }
+
+    /// `engine_wal` mode: makes the PostgreSQL WAL durable past every logged
+    /// write (no transaction id may outlive its log), then syncs RocksDB's WAL.
+    pub fn sync_wal(&self) -> Result<(), EngineError> {
+        if self.durability != Durability::EngineWal {
+            return Ok(());
+        }
+        let newest = self
+            .tables()
+            .values()
+            .map(|entry| entry.max_lsn.load(Ordering::SeqCst))
+            .max()
+            .unwrap_or(0);
+        if newest != 0 {
+            self.lsn_book.wal.ensure_durable(newest);
+        }
+        self.db.flush_wal(true).map_err(rocks("sync the RocksDB WAL"))
     }
 
     /// The current incarnation of every table, ordered.
@@ -638,7 +919,12 @@ impl Engine {
 
     /// Hands out the next incarnation (persisting the counter first) and
     /// creates its CF. The caller holds the DDL lock and publishes the entry.
-    fn create_incarnation(&self, ddl: &mut Ddl, cf: CfRef) -> Result<Arc<TableEntry>, EngineError> {
+    fn create_incarnation(
+        &self,
+        ddl: &mut Ddl,
+        cf: CfRef,
+        created_lsn: u64,
+    ) -> Result<Arc<TableEntry>, EngineError> {
         let incarnation = ddl.next_incarnation;
         let next = incarnation
             .checked_add(1)
@@ -652,6 +938,10 @@ impl Engine {
                 &self.write_options,
             )
             .map_err(rocks("persist the incarnation counter"))?;
+        let name = TableCf { db: cf.db, rel: cf.rel, incarnation }.name();
+        self.db
+            .put_cf_opt(&meta, created_lsn_key(&name), created_lsn.to_le_bytes(), &self.write_options)
+            .map_err(rocks("persist a creation LSN"))?;
         // The WAL is off: only a flush makes the counter durable, and it must
         // be durable before any CF carries the incarnation.
         self.db
@@ -664,15 +954,12 @@ impl Engine {
             rel: cf.rel,
             incarnation,
         };
-        let name = table.name();
         self.db
             .create_cf(&name, &self.cf_options)
             .map_err(rocks_with(|| format!("create column family {name}")))?;
-        Ok(Arc::new(TableEntry {
-            cf: table,
-            name,
-            next_rowid: AtomicU64::new(0),
-        }))
+        let entry = Arc::new(TableEntry::new(table, 0, created_lsn));
+        self.lsn_book.register(table, Arc::clone(&entry.max_lsn));
+        Ok(entry)
     }
 
     /// Drops `entry`'s CF, then forgets it and the locks on it. The caller
@@ -695,6 +982,7 @@ impl Engine {
             }
         }
         self.row_locks().forget_cf(cf);
+        self.lsn_book.forget(entry.cf);
         Ok(())
     }
 
@@ -735,6 +1023,30 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("path", &self.db.path())
             .finish_non_exhaustive()
+    }
+}
+
+fn created_lsn_key(cf_name: &str) -> Vec<u8> {
+    [CREATED_LSN_PREFIX, cf_name.as_bytes()].concat()
+}
+
+/// The CF's flush flag: the persisted one (SST files only) or the newest.
+fn read_flag(db: &Db, name: &str, persisted: bool) -> Result<Option<FlushFlag>, EngineError> {
+    let Some(handle) = db.cf_handle(name) else {
+        return Ok(None);
+    };
+    let mut read_options = ReadOptions::default();
+    if persisted {
+        read_options.set_read_tier(rocksdb::ReadTier::Persisted);
+    }
+    let bytes = db
+        .get_cf_opt(&handle, FLAG_KEY, &read_options)
+        .map_err(rocks_with(|| format!("read the flush flag of {name}")))?;
+    match bytes {
+        None => Ok(None),
+        Some(bytes) => FlushFlag::decode(&bytes)
+            .map(Some)
+            .ok_or_else(|| EngineError::Corruption(format!("malformed flush flag in {name}"))),
     }
 }
 
@@ -825,6 +1137,7 @@ pub(crate) mod test_support {
             memtable_budget_bytes: 32 << 20,
             block_cache_bytes: 8 << 20,
             background_jobs: 2,
+            durability: super::Durability::Pasv,
         }
     }
 

@@ -11,14 +11,18 @@
 //! * [`engine`] — the RocksDB instance (engine worker only).
 //! * [`row_locks`] — the in-memory row lock table the engine serves.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
+//! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
+//! * [`wal_order`] — WAL before data: the RocksDB flush listener.
 
 pub mod cf_name;
 pub mod engine;
+pub mod flush_flag;
 pub mod keys;
 pub mod protocol;
 pub mod row;
 pub mod row_locks;
 pub mod server;
+pub mod wal_order;
 
 /// What the extension's `pasv_version()` reports (kept as the scaffold had it).
 pub fn version() -> &'static str {

@@ -17,15 +17,22 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=13 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=17 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, else zero |
 //!
-//! then, for `PutBatch`, `count` entries; for `Scan`, `start_len` u16 ‖
-//! `end_len` u16 ‖ 4 zero bytes ‖ start ‖ end; for `LockRow`, rowid u64 ‖
-//! evict u32 ‖ mode u8 ([`LockMode`]) ‖ 3 zero bytes.
+//! then, for `CreateCf` and `TruncateCf`, created_lsn u64; for `PutBatch`,
+//! lsn u64 ‖ `count` entries; for `Scan`, `start_len` u16 ‖ `end_len` u16 ‖
+//! per_row u32 ‖ start ‖ end; for `LockRow`, rowid u64 ‖ evict u32 ‖ mode u8
+//! ([`LockMode`]) ‖ 3 zero bytes; for `Committed`, commit_lsn u64 ‖
+//! first_lsn u64 ‖ last_lsn u64 ‖ xid u32 ‖ 4 zero bytes ‖ rels (u32 each)
+//! ‖ zero pad to 8.
+//!
+//! A `PutBatch` is logged to the WAL exactly as encoded with lsn 0, before
+//! it is sent; the sender then patches the real LSN in ([`PUT_BATCH_LSN_AT`]),
+//! so a replayed message is a valid request as it stands.
 //!
 //! Response header, [`RESPONSE_HEADER_LEN`] = 8 bytes:
 //!
@@ -69,6 +76,12 @@ pub const MIN_RESPONSE_LEN: usize = RESPONSE_HEADER_LEN;
 const SCAN_BOUNDS_LEN: usize = 8;
 /// LockRow request: rowid u64 ‖ evict u32 ‖ mode u8 ‖ 3 zero bytes.
 const LOCK_ROW_BODY_LEN: usize = 16;
+/// Committed request: three LSNs, xid u32, 4 zero bytes (then the rels).
+const COMMITTED_FIXED_LEN: usize = 32;
+/// Byte offset of a `PutBatch`'s LSN in its encoding.
+pub const PUT_BATCH_LSN_AT: usize = REQUEST_HEADER_LEN;
+/// Length of the LSN in front of `PutBatch` entries and `CreateCf`/`TruncateCf` bodies.
+const LSN_LEN: usize = 8;
 /// Length of the row keys [`max_entry_payload`] is computed for.
 const PAYLOAD_KEY_LEN: usize = crate::keys::ROW_KEY_LEN;
 
@@ -92,6 +105,10 @@ mod op {
     pub const LIST_CFS: u8 = 11;
     pub const LOCK_ROW: u8 = 12;
     pub const RELEASE_LOCKS: u8 = 13;
+    pub const COMMITTED: u8 = 14;
+    pub const PERSISTENCE: u8 = 15;
+    pub const FLUSH_CF: u8 = 16;
+    pub const SYNC_WAL: u8 = 17;
 }
 
 mod tag {
@@ -152,16 +169,23 @@ impl LockMode {
 pub enum Request<'a> {
     Ping,
     /// Create the table's CF with a new incarnation; an existing CF for
-    /// (db, rel) is an orphan and is dropped first.
-    CreateCf(CfRef),
+    /// (db, rel) is an orphan and is dropped first. `created_lsn`: a WAL
+    /// position already durable; replay skips transactions committed before.
+    CreateCf {
+        cf: CfRef,
+        created_lsn: u64,
+    },
     /// Drop the table's CF; a missing CF is not an error.
     DropCf(CfRef),
     /// Drop every CF of the database.
     DropDatabase {
         db: u32,
     },
-    /// Empty the CF; its rowids restart at 0.
-    TruncateCf(CfRef),
+    /// Empty the CF (a new incarnation created at `created_lsn`); its rowids restart at 0.
+    TruncateCf {
+        cf: CfRef,
+        created_lsn: u64,
+    },
     /// Reserve `count` consecutive rowids; answered by [`Response::Rowids`].
     AllocRowids {
         cf: CfRef,
@@ -171,8 +195,11 @@ pub enum Request<'a> {
     /// entry with an empty value deletes its key (row values are never
     /// empty: the row header alone is 24 bytes), so a version chain's new
     /// head and the pruning of its dead versions are one atomic write.
+    /// `lsn`: end of the WAL record that logged this batch (0: none, or
+    /// already durable), so the memtable is not flushed before that WAL.
     PutBatch {
         cf: CfRef,
+        lsn: u64,
         batch: EntryBatch<'a>,
     },
     /// Entries with keys in `[start, end)`, ascending; answered by
@@ -212,6 +239,130 @@ pub enum Request<'a> {
     ReleaseLocks {
         xid: u32,
     },
+    /// Transaction `xid` of database `db` committed, its commit record ending
+    /// at `commit_lsn`, after writing the tables `rels`: write their flush
+    /// flags. Answered by [`Response::Ok`].
+    Committed {
+        db: u32,
+        xid: u32,
+        commit_lsn: u64,
+        first_lsn: u64,
+        last_lsn: u64,
+        rels: RelList<'a>,
+    },
+    /// Where every CF of `db` (0: of every database) stands on persistence;
+    /// answered by [`Response::Entries`] with keys `db ‖ rel` (u32 big-endian)
+    /// and values [`encode_persistence`].
+    Persistence {
+        db: u32,
+    },
+    /// Flush the table's memtables and wait.
+    FlushCf(CfRef),
+    /// `engine_wal` mode: sync RocksDB's WAL (after PostgreSQL's).
+    SyncWal,
+}
+
+/// Relfilenumbers, u32 little-endian each, as they sit in a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RelList<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> RelList<'a> {
+    pub fn len(&self) -> usize {
+        self.bytes.len() / 4
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        self.bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+}
+
+/// Encodes a [`Request::Committed`] for `rels` into `out`; returns its length.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_committed(
+    db: u32,
+    xid: u32,
+    commit_lsn: u64,
+    first_lsn: u64,
+    last_lsn: u64,
+    rels: &[u32],
+    out: &mut [u8],
+) -> Result<usize, ProtocolError> {
+    let bytes: Vec<u8> = rels.iter().flat_map(|r| r.to_le_bytes()).collect();
+    encode_request(
+        &Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels: RelList { bytes: &bytes } },
+        out,
+    )
+}
+
+/// Value layout of one [`Request::Persistence`] answer entry: incarnation,
+/// persisted commit LSN (0: no persisted flag), persisted flag's xid, newest
+/// flag's commit LSN, dirty (0/1), memtable bytes, SST bytes, max LSN,
+/// created LSN — u64 little-endian each.
+pub const PERSISTENCE_LEN: usize = 72;
+
+/// One CF's persistence state as it crosses the channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PersistenceRow {
+    pub db: u32,
+    pub rel: u32,
+    pub incarnation: u64,
+    /// Local DPP: commit LSN of the persisted flag (0: none persisted).
+    pub persisted_lsn: u64,
+    pub persisted_xid: u64,
+    pub latest_flag_lsn: u64,
+    pub dirty: bool,
+    pub memtable_bytes: u64,
+    pub sst_bytes: u64,
+    pub max_lsn: u64,
+    pub created_lsn: u64,
+}
+
+pub fn encode_persistence(row: &PersistenceRow) -> ([u8; 8], [u8; PERSISTENCE_LEN]) {
+    let mut key = [0u8; 8];
+    key[..4].copy_from_slice(&row.db.to_be_bytes());
+    key[4..].copy_from_slice(&row.rel.to_be_bytes());
+    let mut value = [0u8; PERSISTENCE_LEN];
+    let fields = [
+        row.incarnation,
+        row.persisted_lsn,
+        row.persisted_xid,
+        row.latest_flag_lsn,
+        row.dirty as u64,
+        row.memtable_bytes,
+        row.sst_bytes,
+        row.max_lsn,
+        row.created_lsn,
+    ];
+    for (i, f) in fields.iter().enumerate() {
+        value[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
+    }
+    (key, value)
+}
+
+pub fn decode_persistence(key: &[u8], value: &[u8]) -> Option<PersistenceRow> {
+    if key.len() != 8 || value.len() != PERSISTENCE_LEN {
+        return None;
+    }
+    let f = |i: usize| u64::from_le_bytes(value[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    Some(PersistenceRow {
+        db: u32::from_be_bytes(key[..4].try_into().ok()?),
+        rel: u32::from_be_bytes(key[4..].try_into().ok()?),
+        incarnation: f(0),
+        persisted_lsn: f(1),
+        persisted_xid: f(2),
+        latest_flag_lsn: f(3),
+        dirty: f(4) != 0,
+        memtable_bytes: f(5),
+        sst_bytes: f(6),
+        max_lsn: f(7),
+        created_lsn: f(8),
+    })
 }
 
 /// The engine's answer.
@@ -329,7 +480,7 @@ pub const fn entry_encoded_len(key_len: usize, value_len: usize) -> usize {
 /// The backend compares a tuple (plus row header) against it to raise a clear
 /// "row too large" error before trying.
 pub fn max_entry_payload(buf_len: usize) -> usize {
-    let header = REQUEST_HEADER_LEN.max(RESPONSE_HEADER_LEN);
+    let header = (REQUEST_HEADER_LEN + LSN_LEN).max(RESPONSE_HEADER_LEN);
     let room = buf_len.saturating_sub(header + ENTRY_HEADER_LEN + pad8(PAYLOAD_KEY_LEN));
     // Round down: the value's padding must fit too.
     (room & !(ALIGN - 1)).min(u32::MAX as usize)
@@ -520,7 +671,7 @@ impl BatchBuilder {
     /// Length of the whole `PutBatch` request this batch encodes to (header
     /// included): compare it with the channel's buffer size.
     pub fn encoded_len(&self) -> usize {
-        REQUEST_HEADER_LEN + self.buf.len()
+        REQUEST_HEADER_LEN + LSN_LEN + self.buf.len()
     }
 
     /// Empties the batch, keeping its allocation.
@@ -547,6 +698,7 @@ pub fn encode_put_batch(
     encode_request(
         &Request::PutBatch {
             cf,
+            lsn: 0,
             batch: batch.as_batch(),
         },
         out,
@@ -562,12 +714,12 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     let zero = CfRef { db: 0, rel: 0 };
     let (code, cf, arg) = match *request {
         Request::Ping => (op::PING, zero, 0),
-        Request::CreateCf(cf) => (op::CREATE_CF, cf, 0),
+        Request::CreateCf { cf, .. } => (op::CREATE_CF, cf, 0),
         Request::DropCf(cf) => (op::DROP_CF, cf, 0),
         Request::DropDatabase { db } => (op::DROP_DATABASE, CfRef { db, rel: 0 }, 0),
-        Request::TruncateCf(cf) => (op::TRUNCATE_CF, cf, 0),
+        Request::TruncateCf { cf, .. } => (op::TRUNCATE_CF, cf, 0),
         Request::AllocRowids { cf, count } => (op::ALLOC_ROWIDS, cf, count),
-        Request::PutBatch { cf, batch } => (op::PUT_BATCH, cf, batch.count),
+        Request::PutBatch { cf, batch, .. } => (op::PUT_BATCH, cf, batch.count),
         Request::Scan {
             cf, max_entries, ..
         } => (op::SCAN, cf, max_entries),
@@ -576,6 +728,10 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::ListCfs => (op::LIST_CFS, zero, 0),
         Request::LockRow { cf, xid, .. } => (op::LOCK_ROW, cf, xid),
         Request::ReleaseLocks { xid } => (op::RELEASE_LOCKS, zero, xid),
+        Request::Committed { db, rels, .. } => (op::COMMITTED, CfRef { db, rel: 0 }, rels.len() as u32),
+        Request::Persistence { db } => (op::PERSISTENCE, CfRef { db, rel: 0 }, 0),
+        Request::FlushCf(cf) => (op::FLUSH_CF, cf, 0),
+        Request::SyncWal => (op::SYNC_WAL, zero, 0),
     };
     if matches!(
         request,
@@ -585,7 +741,11 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         return Err(ProtocolError::ZeroXid);
     }
     let needed = match *request {
-        Request::PutBatch { batch, .. } => REQUEST_HEADER_LEN + batch.encoded_len(),
+        Request::PutBatch { batch, .. } => REQUEST_HEADER_LEN + LSN_LEN + batch.encoded_len(),
+        Request::CreateCf { .. } | Request::TruncateCf { .. } => REQUEST_HEADER_LEN + LSN_LEN,
+        Request::Committed { rels, .. } => {
+            REQUEST_HEADER_LEN + COMMITTED_FIXED_LEN + (rels.len() * 4).next_multiple_of(ALIGN)
+        }
         Request::Scan { start, end, .. } => {
             for bound in [start, end] {
                 if bound.len() > u16::MAX as usize {
@@ -605,7 +765,21 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     out[12..16].copy_from_slice(&arg.to_le_bytes());
     let body = &mut out[REQUEST_HEADER_LEN..];
     match *request {
-        Request::PutBatch { batch, .. } => body.copy_from_slice(batch.bytes),
+        Request::PutBatch { lsn, batch, .. } => {
+            body[..LSN_LEN].copy_from_slice(&lsn.to_le_bytes());
+            body[LSN_LEN..].copy_from_slice(batch.bytes);
+        }
+        Request::CreateCf { created_lsn, .. } | Request::TruncateCf { created_lsn, .. } => {
+            body.copy_from_slice(&created_lsn.to_le_bytes());
+        }
+        Request::Committed { xid, commit_lsn, first_lsn, last_lsn, rels, .. } => {
+            body.fill(0);
+            body[0..8].copy_from_slice(&commit_lsn.to_le_bytes());
+            body[8..16].copy_from_slice(&first_lsn.to_le_bytes());
+            body[16..24].copy_from_slice(&last_lsn.to_le_bytes());
+            body[24..28].copy_from_slice(&xid.to_le_bytes());
+            body[COMMITTED_FIXED_LEN..COMMITTED_FIXED_LEN + rels.bytes.len()].copy_from_slice(rels.bytes);
+        }
         Request::Scan { start, end, per_row, .. } => {
             body[..SCAN_BOUNDS_LEN].fill(0);
             body[4..8].copy_from_slice(&per_row.to_le_bytes());
@@ -639,9 +813,10 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     let cf = CfRef { db, rel };
     // Which header fields the op uses; the others must be zero.
     let (uses_db, uses_rel, uses_arg) = match code {
-        op::PING | op::FLUSH_ALL | op::LIST_CFS => (false, false, false),
-        op::DROP_DATABASE => (true, false, false),
-        op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO => (true, true, false),
+        op::PING | op::FLUSH_ALL | op::LIST_CFS | op::SYNC_WAL => (false, false, false),
+        op::DROP_DATABASE | op::PERSISTENCE => (true, false, false),
+        op::COMMITTED => (true, false, true),
+        op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
         op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW => (true, true, true),
         op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
@@ -657,15 +832,34 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     let body = &buf[REQUEST_HEADER_LEN..];
     Ok(match code {
         op::PING => Request::Ping,
-        op::CREATE_CF => Request::CreateCf(cf),
+        op::CREATE_CF => Request::CreateCf { cf, created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)? },
         op::DROP_CF => Request::DropCf(cf),
         op::DROP_DATABASE => Request::DropDatabase { db },
-        op::TRUNCATE_CF => Request::TruncateCf(cf),
+        op::TRUNCATE_CF => Request::TruncateCf { cf, created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)? },
         op::ALLOC_ROWIDS => Request::AllocRowids { cf, count: arg },
         op::PUT_BATCH => Request::PutBatch {
             cf,
-            batch: EntryBatch::parse(arg, body, REQUEST_HEADER_LEN)?,
+            lsn: read_u64(body, 0, REQUEST_HEADER_LEN)?,
+            batch: EntryBatch::parse(arg, &body[LSN_LEN..], REQUEST_HEADER_LEN + LSN_LEN)?,
         },
+        op::COMMITTED => {
+            let base = REQUEST_HEADER_LEN;
+            let rels_len = arg as usize * 4;
+            need(buf, base + COMMITTED_FIXED_LEN + rels_len.next_multiple_of(ALIGN))?;
+            check_zero(body, 28..32, base)?;
+            check_zero(body, COMMITTED_FIXED_LEN + rels_len..COMMITTED_FIXED_LEN + rels_len.next_multiple_of(ALIGN), base)?;
+            Request::Committed {
+                db,
+                commit_lsn: read_u64(body, 0, base)?,
+                first_lsn: read_u64(body, 8, base)?,
+                last_lsn: read_u64(body, 16, base)?,
+                xid: read_u32(body, 24, base)?,
+                rels: RelList { bytes: &body[COMMITTED_FIXED_LEN..COMMITTED_FIXED_LEN + rels_len] },
+            }
+        }
+        op::PERSISTENCE => Request::Persistence { db },
+        op::FLUSH_CF => Request::FlushCf(cf),
+        op::SYNC_WAL => Request::SyncWal,
         op::SCAN => {
             let base = REQUEST_HEADER_LEN;
             let start_len = read_u16(body, 0, base)? as usize;
@@ -1009,20 +1203,26 @@ mod tests {
         let batch = sample_batch();
         let requests = [
             Request::Ping,
-            Request::CreateCf(cf()),
+            Request::CreateCf { cf: cf(), created_lsn: 0x1_2345_6789 },
             Request::DropCf(cf()),
             Request::DropDatabase { db: 7 },
-            Request::TruncateCf(cf()),
+            Request::TruncateCf { cf: cf(), created_lsn: 0 },
+            Request::Persistence { db: 0 },
+            Request::Persistence { db: 5 },
+            Request::FlushCf(cf()),
+            Request::SyncWal,
             Request::AllocRowids {
                 cf: cf(),
                 count: 1000,
             },
             Request::PutBatch {
                 cf: cf(),
+                lsn: 0x10_0000_0040,
                 batch: batch.as_batch(),
             },
             Request::PutBatch {
                 cf: cf(),
+                lsn: 0,
                 batch: EntryBatch::default(),
             },
             Request::Scan {
@@ -1090,6 +1290,7 @@ mod tests {
         let Request::PutBatch {
             cf: got_cf,
             batch: got,
+            ..
         } = decode_request(&buf[..len]).unwrap()
         else {
             panic!("not a PutBatch");
@@ -1107,12 +1308,12 @@ mod tests {
     fn batch_builder_bookkeeping() {
         let mut b = BatchBuilder::new();
         assert!(b.is_empty());
-        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN);
+        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN + LSN_LEN);
         b.push(&row_key(1, 0), &[1; 24]).unwrap();
         assert_eq!(b.len(), 1);
         assert_eq!(
             b.encoded_len(),
-            REQUEST_HEADER_LEN + entry_encoded_len(12, 24)
+            REQUEST_HEADER_LEN + LSN_LEN + entry_encoded_len(12, 24)
         );
         assert_eq!(entry_encoded_len(12, 24), 8 + 16 + 24);
         assert_eq!(
@@ -1122,7 +1323,7 @@ mod tests {
         assert_eq!(b.len(), 1);
         b.clear();
         assert!(b.is_empty());
-        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN);
+        assert_eq!(b.encoded_len(), REQUEST_HEADER_LEN + LSN_LEN);
     }
 
     #[test]
@@ -1289,14 +1490,14 @@ mod tests {
             let fits_put = encode_put_batch(cf(), &b, &mut out).is_ok();
             let mut w = ScanWriter::new(&mut out, 0);
             let fits_scan = w.try_push(&key, &value);
-            assert_eq!(fits_put && fits_scan, buf_len >= 40, "buf_len {buf_len}");
+            assert_eq!(fits_put && fits_scan, buf_len >= 48, "buf_len {buf_len}");
 
             // One more byte (rounded to the next padded size) no longer fits a PutBatch.
             let mut b = BatchBuilder::new();
             b.push(&key, &vec![7u8; max + 1]).unwrap();
             assert!(encode_put_batch(cf(), &b, &mut out).is_err());
         }
-        assert_eq!(max_entry_payload(4096), 4096 - 40);
+        assert_eq!(max_entry_payload(4096), 4096 - 48);
     }
 
     #[test]
@@ -1329,7 +1530,7 @@ mod tests {
             Err(ProtocolError::Truncated { .. })
         ));
         out[12] = 1;
-        out[REQUEST_HEADER_LEN + ENTRY_HEADER_LEN + 1] = 0xFF; // key padding
+        out[REQUEST_HEADER_LEN + LSN_LEN + ENTRY_HEADER_LEN + 1] = 0xFF; // key padding
         assert!(matches!(
             decode_request(&out[..len]),
             Err(ProtocolError::NotZero { .. })

@@ -20,8 +20,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::engine::{Engine, EngineError};
 use crate::protocol::{
-    decode_request, encode_error, encode_response, ErrorCode, Request, Response, ScanWriter,
-    MIN_RESPONSE_LEN,
+    decode_request, encode_error, encode_persistence, encode_response, ErrorCode, PersistenceRow,
+    Request, Response, ScanWriter, MIN_RESPONSE_LEN,
 };
 
 /// Decodes `request`, executes it, and encodes the answer into `response`.
@@ -63,8 +63,8 @@ fn execute(
 ) -> Result<usize, EngineError> {
     let answer = match request {
         Request::Ping => Response::Ok,
-        Request::CreateCf(cf) => {
-            engine.create_cf(cf)?;
+        Request::CreateCf { cf, created_lsn } => {
+            engine.create_cf_at(cf, created_lsn)?;
             Response::Ok
         }
         Request::DropCf(cf) => {
@@ -75,15 +75,52 @@ fn execute(
             engine.drop_database(db)?;
             Response::Ok
         }
-        Request::TruncateCf(cf) => {
-            engine.truncate_cf(cf)?;
+        Request::TruncateCf { cf, created_lsn } => {
+            engine.truncate_cf_at(cf, created_lsn)?;
             Response::Ok
         }
         Request::AllocRowids { cf, count } => Response::Rowids {
             first: engine.alloc_rowids(cf, count)?,
         },
-        Request::PutBatch { cf, batch } => {
-            engine.put_batch(cf, batch)?;
+        Request::PutBatch { cf, lsn, batch } => {
+            engine.put_batch_at(cf, lsn, batch)?;
+            Response::Ok
+        }
+        Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels } => {
+            engine.write_flags(db, rels.iter(), xid, commit_lsn, first_lsn, last_lsn)?;
+            Response::Ok
+        }
+        Request::Persistence { db } => {
+            let mut writer = ScanWriter::new(response, 0);
+            let mut more = false;
+            for cf in engine.persistence((db != 0).then_some(db))? {
+                let row = PersistenceRow {
+                    db: cf.cf.db,
+                    rel: cf.cf.rel,
+                    incarnation: cf.cf.incarnation,
+                    persisted_lsn: cf.persisted.map_or(0, |f| f.commit_lsn),
+                    persisted_xid: cf.persisted.map_or(0, |f| u64::from(f.xid)),
+                    latest_flag_lsn: cf.latest_flag_lsn,
+                    dirty: cf.dirty,
+                    memtable_bytes: cf.memtable_bytes,
+                    sst_bytes: cf.sst_bytes,
+                    max_lsn: cf.max_lsn,
+                    created_lsn: cf.created_lsn,
+                };
+                let (key, value) = encode_persistence(&row);
+                if !writer.try_push(&key, &value) {
+                    more = true;
+                    break;
+                }
+            }
+            return Ok(writer.finish(more));
+        }
+        Request::FlushCf(cf) => {
+            engine.flush_cf(cf)?;
+            Response::Ok
+        }
+        Request::SyncWal => {
+            engine.sync_wal()?;
             Response::Ok
         }
         Request::Scan {
@@ -182,7 +219,7 @@ mod tests {
         let dir = TempDir::new();
         let engine = open(&dir);
         assert_ok(&call(&engine, &Request::Ping, 64));
-        assert_ok(&call(&engine, &Request::CreateCf(T), 64));
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, 64));
         let Response::Rowids { first } = decode_response(&call(
             &engine,
             &Request::AllocRowids { cf: T, count: 100 },
@@ -258,14 +295,14 @@ mod tests {
             }
             other => panic!("ListCfs answered {other:?}"),
         }
-        assert_ok(&call(&engine, &Request::TruncateCf(T), 64));
+        assert_ok(&call(&engine, &Request::TruncateCf { cf: T, created_lsn: 0 }, 64));
         assert_ok(&call(&engine, &Request::DropCf(T), 64));
         assert_ok(&call(&engine, &Request::DropCf(T), 64));
         assert_eq!(
             error_code(&call(&engine, &Request::CfInfo(T), 64)),
             ErrorCode::NoSuchCf
         );
-        assert_ok(&call(&engine, &Request::CreateCf(T), 64));
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, 64));
         assert_ok(&call(&engine, &Request::DropDatabase { db: T.db }, 64));
         assert!(engine.list_table_cfs().is_empty());
     }
@@ -360,7 +397,7 @@ mod tests {
     fn tiny_response_buffer_executes_nothing() {
         let dir = TempDir::new();
         let engine = open(&dir);
-        assert!(call(&engine, &Request::CreateCf(T), MIN_RESPONSE_LEN - 1).is_empty());
+        assert!(call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, MIN_RESPONSE_LEN - 1).is_empty());
         assert!(engine.list_table_cfs().is_empty());
         assert_ok(&call(&engine, &Request::Ping, MIN_RESPONSE_LEN));
     }
@@ -404,6 +441,7 @@ mod tests {
         let seeds = [
             Request::PutBatch {
                 cf: T,
+                lsn: 0,
                 batch: batch.as_batch(),
             },
             Request::Scan {

@@ -1,0 +1,163 @@
+//! WAL before data (DESIGN §4): no memtable reaches disk before the
+//! PostgreSQL WAL covering every write in it is durable.
+//!
+//! Every write into a CF raises the CF's `max_lsn` (before the write, so a
+//! flush can never see the write without its LSN). An `OnFlushBegin` event
+//! listener, installed through RocksDB's C API (the Rust crate does not wrap
+//! listeners), runs on RocksDB's flush thread and asks the [`WalDurability`]
+//! implementation to make the WAL durable up to that CF's `max_lsn` before
+//! the flush proceeds. The extension implements it by handing the request to
+//! the engine worker's main thread, the only one allowed to call
+//! `XLogFlush` (DESIGN §1); this module never calls PostgreSQL.
+//!
+//! Hand-written FFI: the three C functions below are part of RocksDB's C API
+//! (`rocksdb/c.h`), linked from librocksdb-sys, which the `rocksdb` crate
+//! does not re-export.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::cf_name::TableCf;
+use crate::protocol::CfRef;
+
+/// Makes PostgreSQL's WAL durable up to an LSN, from any thread.
+pub trait WalDurability: Send + Sync {
+    /// Returns once the WAL is flushed at least up to `lsn` (0: nothing to do).
+    fn ensure_durable(&self, lsn: u64);
+}
+
+/// For engines outside PostgreSQL (unit tests): every LSN counts as durable.
+pub struct NoWal;
+
+impl WalDurability for NoWal {
+    fn ensure_durable(&self, _lsn: u64) {}
+}
+
+/// What the listener needs to find a CF's `max_lsn` by name.
+pub(crate) struct LsnBook {
+    pub(crate) by_cf: RwLock<HashMap<CfRef, (u64, Arc<AtomicU64>)>>,
+    pub(crate) wal: Arc<dyn WalDurability>,
+    /// Highest LSN any flush waited for (diagnostics).
+    pub(crate) flushed_for: AtomicU64,
+}
+
+impl LsnBook {
+    pub(crate) fn new(wal: Arc<dyn WalDurability>) -> LsnBook {
+        LsnBook { by_cf: RwLock::new(HashMap::new()), wal, flushed_for: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn register(&self, cf: TableCf, max_lsn: Arc<AtomicU64>) {
+        self.by_cf
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(CfRef { db: cf.db, rel: cf.rel }, (cf.incarnation, max_lsn));
+    }
+
+    pub(crate) fn forget(&self, cf: TableCf) {
+        let mut map = self.by_cf.write().unwrap_or_else(PoisonError::into_inner);
+        let key = CfRef { db: cf.db, rel: cf.rel };
+        if map.get(&key).is_some_and(|(inc, _)| *inc == cf.incarnation) {
+            map.remove(&key);
+        }
+    }
+
+    fn before_flush(&self, cf_name: &str) {
+        let Some(cf) = TableCf::parse(cf_name) else {
+            return; // meta and default carry no logged writes
+        };
+        let lsn = {
+            let map = self.by_cf.read().unwrap_or_else(PoisonError::into_inner);
+            match map.get(&CfRef { db: cf.db, rel: cf.rel }) {
+                Some((inc, max_lsn)) if *inc == cf.incarnation => max_lsn.load(Ordering::SeqCst),
+                _ => return, // being dropped
+            }
+        };
+        if lsn != 0 {
+            self.wal.ensure_durable(lsn);
+            self.flushed_for.fetch_max(lsn, Ordering::Relaxed);
+        }
+    }
+}
+
+#[repr(C)]
+struct RawOpaque {
+    _private: [u8; 0],
+}
+
+type FlushCb = unsafe extern "C" fn(*mut c_void, *mut RawOpaque, *const RawOpaque);
+type InfoCb = unsafe extern "C" fn(*mut c_void, *const RawOpaque);
+type ErrorCb = unsafe extern "C" fn(*mut c_void, u32, *mut RawOpaque);
+
+extern "C" {
+    fn rocksdb_eventlistener_create(
+        state: *mut c_void,
+        destructor: Option<unsafe extern "C" fn(*mut c_void)>,
+        on_flush_begin: FlushCb,
+        on_flush_completed: FlushCb,
+        on_compaction_begin: FlushCb,
+        on_compaction_completed: FlushCb,
+        on_subcompaction_begin: InfoCb,
+        on_subcompaction_completed: InfoCb,
+        on_external_file_ingested: FlushCb,
+        on_background_error: ErrorCb,
+        on_stall_conditions_changed: InfoCb,
+        on_memtable_sealed: InfoCb,
+    ) -> *mut RawOpaque;
+    fn rocksdb_options_add_eventlistener(options: *mut c_void, listener: *mut RawOpaque);
+    fn rocksdb_flushjobinfo_cf_name(info: *const RawOpaque, size: *mut usize) -> *const c_char;
+}
+
+// RocksDB's C wrapper calls every callback unconditionally (no null
+// checks), so the events pasv does not care about get these no-ops.
+unsafe extern "C" fn ignore_db_event(_: *mut c_void, _: *mut RawOpaque, _: *const RawOpaque) {}
+unsafe extern "C" fn ignore_event(_: *mut c_void, _: *const RawOpaque) {}
+unsafe extern "C" fn ignore_error(_: *mut c_void, _: u32, _: *mut RawOpaque) {}
+
+unsafe extern "C" fn on_flush_begin(state: *mut c_void, _db: *mut RawOpaque, info: *const RawOpaque) {
+    // SAFETY: `state` is the Arc<LsnBook> leaked in `install` (alive until the
+    // destructor runs); `info` is valid for the duration of the callback.
+    let book = &*(state as *const LsnBook);
+    let mut len = 0usize;
+    let ptr = rocksdb_flushjobinfo_cf_name(info, &mut len);
+    if ptr.is_null() {
+        return;
+    }
+    let name = std::slice::from_raw_parts(ptr as *const u8, len);
+    // A panic must not cross into C++: swallow it (the flush then proceeds,
+    // which is what RocksDB would do without a listener).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Ok(name) = std::str::from_utf8(name) {
+            book.before_flush(name);
+        }
+    }));
+}
+
+unsafe extern "C" fn destroy(state: *mut c_void) {
+    // SAFETY: the pointer came from Arc::into_raw in `install`.
+    drop(Arc::from_raw(state as *const LsnBook));
+}
+
+/// Adds the WAL-before-data listener to `options` (DB options, before open).
+///
+/// # Safety
+/// `raw_options` must be a live `rocksdb_options_t*`.
+pub(crate) unsafe fn install(raw_options: *mut c_void, book: &Arc<LsnBook>) {
+    let state = Arc::into_raw(Arc::clone(book)) as *mut c_void;
+    let listener = rocksdb_eventlistener_create(
+        state,
+        Some(destroy),
+        on_flush_begin,
+        ignore_db_event,
+        ignore_db_event,
+        ignore_db_event,
+        ignore_event,
+        ignore_event,
+        ignore_db_event,
+        ignore_error,
+        ignore_event,
+        ignore_event,
+    );
+    rocksdb_options_add_eventlistener(raw_options, listener);
+}
