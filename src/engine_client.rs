@@ -11,7 +11,7 @@
 
 use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
-use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Request, Response};
+use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, PersistenceRow, Request, Response};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -45,6 +45,7 @@ fn raw_call<R>(
     read: impl FnOnce(Response<'_>) -> Result<R, CallError>,
 ) -> Result<R, CallError> {
     let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
+    crate::replay::wait_for_recovery();
     client::call(
         |out| {
             protocol::encode_request(req, out).map_err(|_| ChannelError::RequestTooLarge {
@@ -79,7 +80,10 @@ pub fn ping() -> Result<(), CallError> {
 
 pub fn create_cf(cf: CfRef) -> Result<(), CallError> {
     forget_rowids(cf);
-    call(&Request::CreateCf(cf), expect_ok("CreateCf"))
+    let created_lsn = crate::flushflag::creation_point();
+    call(&Request::CreateCf { cf, created_lsn }, expect_ok("CreateCf"))?;
+    crate::replay::database_uses_pasv(cf.db);
+    Ok(())
 }
 
 pub fn drop_cf(cf: CfRef) -> Result<(), CallError> {
@@ -96,7 +100,8 @@ pub fn drop_database(db: u32) -> Result<(), CallError> {
 pub fn truncate_cf(cf: CfRef) -> Result<(), CallError> {
     discard_pending_for(cf);
     forget_rowids(cf);
-    call(&Request::TruncateCf(cf), expect_ok("TruncateCf"))
+    let created_lsn = crate::flushflag::creation_point();
+    call(&Request::TruncateCf { cf, created_lsn }, expect_ok("TruncateCf"))
 }
 
 pub struct CfInfo {
@@ -138,6 +143,63 @@ pub fn flush_all() -> Result<(), CallError> {
     call(&Request::FlushAll, expect_ok("FlushAll"))
 }
 
+pub fn flush_cf(cf: CfRef) -> Result<(), CallError> {
+    call(&Request::FlushCf(cf), expect_ok("FlushCf"))
+}
+
+pub fn sync_wal() -> Result<(), CallError> {
+    call(&Request::SyncWal, expect_ok("SyncWal"))
+}
+
+/// Tell the engine that transaction `xid` committed (commit record ending at
+/// `commit_lsn`) after writing `rels` of database `db`: it writes their flags.
+pub fn committed(db: u32, xid: u32, commit_lsn: u64, first_lsn: u64, last_lsn: u64, rels: &[u32]) -> Result<(), CallError> {
+    client::call(
+        |out| {
+            let available = out.len();
+            protocol::encode_committed(db, xid, commit_lsn, first_lsn, last_lsn, rels, out)
+                .map_err(|_| ChannelError::RequestTooLarge { needed: 64 + rels.len() * 4, available })
+        },
+        decode_ok("Committed"),
+    )?
+}
+
+/// Where every CF of database `db` (0: all) stands on persistence.
+pub fn persistence(db: u32) -> Result<Vec<PersistenceRow>, CallError> {
+    call(&Request::Persistence { db }, |r| match r {
+        Response::Entries { batch, .. } => Ok(batch
+            .iter()
+            .filter_map(|(k, v)| protocol::decode_persistence(k, v))
+            .collect()),
+        _ => Err(CallError::Unexpected("Persistence")),
+    })
+}
+
+/// Replay: send a logged `PutBatch` message as it stands (its LSN is 0:
+/// the WAL it came from is durable).
+pub fn put_logged_message(message: &[u8]) -> Result<(), CallError> {
+    client::call(
+        |out| {
+            let available = out.len();
+            if message.len() > available {
+                return Err(ChannelError::RequestTooLarge { needed: message.len(), available });
+            }
+            out[..message.len()].copy_from_slice(message);
+            Ok(message.len())
+        },
+        decode_ok("PutBatch"),
+    )?
+}
+
+fn decode_ok(what: &'static str) -> impl FnOnce(&[u8]) -> Result<(), CallError> {
+    move |bytes| match protocol::decode_response(bytes) {
+        Ok(Response::Ok) => Ok(()),
+        Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
+        Ok(_) => Err(CallError::Unexpected(what)),
+        Err(e) => Err(CallError::Protocol(e.to_string())),
+    }
+}
+
 /// Result of a scan call whose raw answer was copied into the caller's buffer.
 pub struct ScanCopied {
     pub len: usize,
@@ -175,22 +237,26 @@ pub fn scan_into(
 }
 
 fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+    crate::replay::wait_for_recovery();
     client::call(
         |out| {
             let available = out.len();
             let len = protocol::encode_put_batch(cf, batch, out)
                 .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
-            // WAL first (DESIGN.md §4): the exact request, before the engine sees it.
-            // SAFETY: called in a backend inside the writing transaction.
-            unsafe { crate::wal::log_change(&out[..len]) };
+            // WAL first (DESIGN.md §4): the exact request, logged with LSN 0,
+            // before the engine sees it; then the real LSN goes in, so the
+            // engine keeps the memtable from disk until that WAL is.
+            if crate::guc::durability().logs_messages() {
+                // SAFETY: called in a backend inside the writing transaction.
+                let lsn = unsafe { crate::wal::log_change(&out[..len]) };
+                out[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
+                crate::flushflag::note_write(cf, lsn);
+            } else {
+                crate::flushflag::note_write(cf, 0);
+            }
             Ok(len)
         },
-        |bytes| match protocol::decode_response(bytes) {
-            Ok(Response::Ok) => Ok(()),
-            Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
-            Ok(_) => Err(CallError::Unexpected("PutBatch")),
-            Err(e) => Err(CallError::Protocol(e.to_string())),
-        },
+        decode_ok("PutBatch"),
     )?
 }
 

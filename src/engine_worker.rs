@@ -5,10 +5,21 @@
 //! Invariants: every thread is spawned, and RocksDB opened, with all signals
 //! blocked, so PostgreSQL's signals (SIGTERM, SIGHUP, SIGURG for latches)
 //! reach only the main thread. Service threads never call PostgreSQL.
-//! A clean stop flushes every memtable and closes RocksDB.
+//! A clean stop makes the WAL durable, flushes every memtable and closes
+//! RocksDB (so a clean restart replays nothing).
+//!
+//! The main thread also: makes the WAL durable when a RocksDB flush or a
+//! service thread asks (WAL before data, [`crate::wal_flush`]); marks the
+//! databases to recover after a crash; and supervises one replay worker per
+//! database that uses pasv ([`crate::replay`]), starting them as databases
+//! appear and restarting them if they exit.
 
-use crate::ipc::{client, server, ENGINE_DOWN, ENGINE_FAILED, ENGINE_READY, ENGINE_STARTING, ENGINE_STOPPING};
-use pasv_am::engine::{Engine, EngineConfig};
+use crate::ipc::{
+    client, server, DB_READY, DB_RECOVERING, ENGINE_DOWN, ENGINE_FAILED, ENGINE_READY, ENGINE_STARTING,
+    ENGINE_STOPPING,
+};
+use crate::wal_flush::WalFlusher;
+use pasv_am::engine::{Durability, Engine, EngineConfig};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use std::ffi::CStr;
@@ -77,9 +88,12 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         memtable_budget_bytes: crate::guc::MEMTABLE_BUDGET_MB.get() as usize * 1024 * 1024,
         block_cache_bytes: crate::guc::BLOCK_CACHE_MB.get() as usize * 1024 * 1024,
         background_jobs: 2,
+        durability: crate::guc::durability().engine(),
     };
     let started = Instant::now();
-    let engine = match with_signals_blocked(|| Engine::open(config)) {
+    let flusher = Arc::new(WalFlusher::new());
+    let wal: Arc<dyn pasv_am::wal_order::WalDurability> = flusher.clone();
+    let engine = match with_signals_blocked(|| Engine::open_with_wal(config, wal)) {
         Ok(engine) => Arc::new(engine),
         Err(e) => {
             header.engine_state.store(ENGINE_FAILED, Ordering::Release);
@@ -110,25 +124,56 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
             .collect()
     });
 
+    let durability = engine.durability();
+    if !engine.opened_clean() && durability == Durability::Unlogged {
+        match engine.truncate_all() {
+            Ok(n) => pgrx::log!("pasv engine: durability is unlogged and the last stop was not clean: {n} tables emptied"),
+            Err(e) => pgrx::warning!("pasv engine: emptying tables after an unclean stop: {e}"),
+        }
+    }
+    // After a crash, every database with pasv tables is recovered before
+    // its backends may touch them (DESIGN §6).
+    let recover = !engine.opened_clean() && matches!(durability, Durability::Pasv | Durability::Naive);
+    let mut dbs: Vec<u32> = engine.list_table_cfs().iter().map(|cf| cf.db).collect();
+    dbs.dedup();
+    for db in &dbs {
+        if header.claim_db_slot(*db, if recover { DB_RECOVERING } else { DB_READY }).is_none() {
+            pgrx::warning!("pasv engine: more than {} databases use pasv; database {db} gets no replay worker", crate::ipc::MAX_DATABASES);
+        }
+    }
+
     // SAFETY: reading our own pid global.
     header.engine_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
     header.engine_generation.fetch_add(1, Ordering::Relaxed);
     header.engine_state.store(ENGINE_READY, Ordering::Release);
     pgrx::log!(
-        "pasv engine ready: RocksDB at {} opened in {:.0} ms, {} service threads",
+        "pasv engine ready: RocksDB at {} opened in {:.0} ms, {} service threads, durability {}, {}",
         data_dir().display(),
         started.elapsed().as_secs_f64() * 1000.0,
-        nthreads
+        nthreads,
+        durability.name(),
+        if engine.opened_clean() { "clean start" } else if recover { "recovery needed" } else { "unclean start" }
     );
 
-    while BackgroundWorker::wait_latch(Some(Duration::from_secs(1))) {}
+    let mut workers = crate::replay::Supervisor::default();
+    while BackgroundWorker::wait_latch(Some(Duration::from_millis(500))) {
+        flusher.serve();
+        workers.tick(header);
+    }
 
     header.engine_state.store(ENGINE_STOPPING, Ordering::Release);
     stop.store(true, Ordering::Release);
     server::wake_all(chan);
+    // A service thread may be inside a flush that waits for the WAL: keep
+    // serving until every thread is done.
+    while threads.iter().any(|t| !t.is_finished()) {
+        flusher.serve();
+        BackgroundWorker::wait_latch(Some(Duration::from_millis(1)));
+    }
     for t in threads {
         let _ = t.join();
     }
+    flusher.flush_everything();
     let engine = match Arc::try_unwrap(engine) {
         Ok(engine) => engine,
         Err(_) => pgrx::error!("pasv engine: service threads still hold the engine"),

@@ -1,7 +1,51 @@
 //! pasv's settings (`pasv.*`). Sizes are in the units PostgreSQL shows.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::PostgresGucEnum;
 use std::time::Duration;
+
+/// `pasv.durability` (DESIGN §7).
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DurabilityMode {
+    #[name = c"pasv"]
+    Pasv,
+    #[name = c"engine_wal"]
+    EngineWal,
+    #[name = c"naive"]
+    Naive,
+    #[name = c"unlogged"]
+    Unlogged,
+}
+
+impl DurabilityMode {
+    pub fn engine(self) -> pasv_am::engine::Durability {
+        use pasv_am::engine::Durability;
+        match self {
+            DurabilityMode::Pasv => Durability::Pasv,
+            DurabilityMode::EngineWal => Durability::EngineWal,
+            DurabilityMode::Naive => Durability::Naive,
+            DurabilityMode::Unlogged => Durability::Unlogged,
+        }
+    }
+
+    /// Changes are written to PostgreSQL's WAL as pasv messages.
+    pub fn logs_messages(self) -> bool {
+        self != DurabilityMode::Unlogged
+    }
+
+    /// Recovery replays pasv messages through a replication slot.
+    pub fn replays(self) -> bool {
+        matches!(self, DurabilityMode::Pasv | DurabilityMode::Naive)
+    }
+
+    /// Commits write flush flags.
+    pub fn writes_flags(self) -> bool {
+        self == DurabilityMode::Pasv
+    }
+}
+
+pub static DURABILITY: GucSetting<DurabilityMode> = GucSetting::<DurabilityMode>::new(DurabilityMode::Pasv);
+pub static MAX_RECOVERY_LAG_MB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
 pub static MEMTABLE_BUDGET_MB: GucSetting<i32> = GucSetting::<i32>::new(256);
 pub static BLOCK_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(256);
@@ -10,6 +54,26 @@ pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
 pub fn register() {
+    GucRegistry::define_enum_guc(
+        c"pasv.durability",
+        c"How pasv makes changes durable: pasv, engine_wal, naive or unlogged.",
+        c"pasv: PostgreSQL's WAL only, flush flags, partial replay (default). engine_wal: RocksDB's WAL \
+          as well, synced at commit. naive: PostgreSQL's WAL only, replay everything retained. \
+          unlogged: no log; a crash empties pasv tables. Change it only after a clean shutdown.",
+        &DURABILITY,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pasv.max_recovery_lag",
+        c"WAL distance behind which pasv flushes the most lagging tables (MB).",
+        c"Bounds the WAL kept for recovery and the time recovery takes.",
+        &MAX_RECOVERY_LAG_MB,
+        16,
+        1 << 20,
+        GucContext::Sighup,
+        GucFlags::UNIT_MB,
+    );
     GucRegistry::define_int_guc(
         c"pasv.memtable_budget",
         c"Memory shared by the memtables of all pasv column families (MB).",
@@ -68,4 +132,12 @@ pub fn engine_start_timeout() -> Duration {
 
 pub fn channel_buffer_bytes() -> usize {
     CHANNEL_BUFFER_KB.get() as usize * 1024
+}
+
+pub fn durability() -> DurabilityMode {
+    DURABILITY.get()
+}
+
+pub fn durability_name(mode: DurabilityMode) -> &'static str {
+    mode.engine().name()
 }

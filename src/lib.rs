@@ -10,6 +10,9 @@
 //! * `tam/`            the table access method callbacks
 //! * `xact`            pending drops, pre-commit flush, PREPARE refusal, row-lock release
 //! * `wal`             every change logged to PostgreSQL's WAL as a logical message
+//! * `wal_flush`       WAL before data: the engine main thread's XLogFlush service
+//! * `flushflag/`      per-transaction bookkeeping for flush flags; pre-commit durability
+//! * `replay/`         output plugin + per-database replay worker (slot, recovery, DPP)
 //! * `sql_api`         SQL-callable functions (`pasv.*`)
 //! * `error`           pasv errors → SQLSTATE + HINT
 
@@ -19,13 +22,21 @@ use pgrx::prelude::*;
 mod engine_client;
 mod engine_worker;
 mod error;
+mod flushflag;
 mod guc;
 mod ipc;
+mod replay;
 mod shmem;
 mod sql_api;
 mod tam;
 mod wal;
+mod wal_flush;
 mod xact;
+
+/// PostgreSQL's `%X/%X` spelling of an LSN.
+pub fn fmt_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
 
 pgrx::pg_module_magic!();
 

@@ -15,6 +15,8 @@ use std::cell::{Cell, RefCell};
 pub enum Action {
     DropCf(CfRef),
     DropDatabase(u32),
+    /// DROP DATABASE failed: its replay worker may run again.
+    ResumeDatabase(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +75,17 @@ pub unsafe fn register() {
 fn run(action: Action, when: When) {
     let (result, doing) = match action {
         Action::DropCf(cf) => (engine_client::drop_cf(cf), format!("dropping column family {cf}")),
-        Action::DropDatabase(db) => (engine_client::drop_database(db), format!("dropping the data of database {db}")),
+        Action::DropDatabase(db) => {
+            let result = engine_client::drop_database(db);
+            if let Some(chan) = crate::ipc::client::channel() {
+                chan.header().release_db_slot(db);
+            }
+            (result, format!("dropping the data of database {db}"))
+        }
+        Action::ResumeDatabase(db) => {
+            crate::replay::worker::resume_after_failed_drop(db);
+            (Ok(()), String::new())
+        }
     };
     match result {
         Ok(()) => {}
@@ -119,6 +131,9 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             if let Err(e) = engine_client::flush_pending() {
                 e.raise("writing buffered rows at commit");
             }
+            if let Err(e) = crate::flushflag::before_commit() {
+                e.raise("making pasv changes durable at commit");
+            }
         }
         XACT_EVENT_PRE_PREPARE => {
             if WROTE.with(|w| w.get()) {
@@ -129,12 +144,14 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            crate::flushflag::after_commit();
             release_row_locks();
             finish_levels(0, When::Commit);
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             engine_client::discard_pending(None);
+            crate::flushflag::after_abort();
             release_row_locks();
             finish_levels(0, When::Abort);
             WROTE.with(|w| w.set(false));

@@ -14,6 +14,7 @@
 
 use crate::cf_name::TableCf;
 use crate::keys::RESERVED_KEY_PREFIX;
+use crate::protocol::PersistenceRow;
 
 /// The flag's key: reserved prefix (no row key starts with it) ‖ "flag".
 pub const FLAG_KEY: &[u8] = &[RESERVED_KEY_PREFIX, b'f', b'l', b'a', b'g'];
@@ -70,9 +71,38 @@ impl FlushFlag {
     }
 }
 
+/// The local DPP of one CF: every transaction that committed at or before it
+/// is persisted there (its persisted flag, or its creation point if later).
+pub fn local_dpp(row: &PersistenceRow) -> u64 {
+    row.persisted_lsn.max(row.created_lsn)
+}
+
+/// The global DPP of one database's CFs at WAL position `now` (read before
+/// the report was taken): the minimum local DPP over CFs with unpersisted
+/// data, or `now` when every memtable is empty. Its slot may move up to it.
+pub fn global_dpp(rows: &[PersistenceRow], now: u64) -> u64 {
+    rows.iter().filter(|r| r.dirty).map(local_dpp).min().unwrap_or(now).min(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(rel: u32, persisted: u64, created: u64, dirty: bool) -> PersistenceRow {
+        PersistenceRow { db: 5, rel, persisted_lsn: persisted, created_lsn: created, dirty, ..Default::default() }
+    }
+
+    #[test]
+    fn global_dpp_is_the_minimum_over_dirty_cfs() {
+        let rows = [row(1, 100, 0, true), row(2, 50, 0, false), row(3, 300, 0, true)];
+        assert_eq!(global_dpp(&rows, 1000), 100);
+        // A CF created after its last flag counts from its creation.
+        let rows = [row(1, 0, 400, true), row(3, 300, 0, true)];
+        assert_eq!(global_dpp(&rows, 1000), 300);
+        // Nothing unpersisted: everything up to now is safe.
+        assert_eq!(global_dpp(&[row(2, 50, 0, false)], 1000), 1000);
+        assert_eq!(global_dpp(&[], 77), 77);
+    }
 
     #[test]
     fn flag_round_trips_and_rejects_garbage() {

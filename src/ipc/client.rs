@@ -82,7 +82,7 @@ fn engine_alive(chan: &Channel) -> bool {
 /// Wait (interruptibly, bounded by `pasv.engine_start_timeout`) until the
 /// engine is ready: right after server start or a crash restart it may still
 /// be opening RocksDB.
-fn wait_engine_ready(chan: &Channel) -> Result<(), ChannelError> {
+pub(crate) fn wait_engine_ready(chan: &Channel) -> Result<(), ChannelError> {
     let h = chan.header();
     if h.engine_state.load(Ordering::Acquire) == ENGINE_READY {
         return Ok(());

@@ -43,6 +43,42 @@ pub const SUBMITTED: u32 = 1;
 pub const CLAIMED: u32 = 2;
 pub const DONE: u32 = 3;
 
+/// How many databases can use pasv at once (one replay worker and slot each).
+pub const MAX_DATABASES: usize = 64;
+
+/// Recovery states of a database ([`DbSlot::recovery`]).
+pub const DB_READY: u32 = 0;
+pub const DB_RECOVERING: u32 = 1;
+
+/// Replication slot states of a database ([`DbSlot::slot`]).
+/// `SLOT_NONE`: no slot protects this database's unflushed writes (yet), so
+/// every commit that wrote pasv tables flushes them first.
+pub const SLOT_NONE: u32 = 0;
+pub const SLOT_READY: u32 = 1;
+/// Creating the slot failed (see the server log); commits flush as in NONE.
+pub const SLOT_FAILED: u32 = 2;
+/// The mode needs no slot (`engine_wal`, `unlogged`).
+pub const SLOT_NOT_NEEDED: u32 = 3;
+
+/// One database that uses pasv. A slot is claimed by a CAS of `db` from 0;
+/// the engine's main thread starts a replay worker for each claimed slot.
+#[repr(C)]
+pub struct DbSlot {
+    pub db: AtomicU32,
+    /// [`DB_READY`] or [`DB_RECOVERING`]; set by the engine at start, cleared
+    /// by the replay worker. Backends wait while it is RECOVERING.
+    pub recovery: AtomicU32,
+    pub slot: AtomicU32,
+    /// The replay worker's pid, 0 when none runs.
+    pub worker_pid: AtomicI32,
+    /// 1 while DROP DATABASE of `db` runs: the worker leaves and is not restarted.
+    pub dropping: AtomicU32,
+    /// The global DPP last computed by the worker (0: none yet).
+    pub global_dpp: AtomicU64,
+    /// Where the worker last advanced the slot to.
+    pub slot_lsn: AtomicU64,
+}
+
 /// Engine states as seen by backends.
 pub const ENGINE_DOWN: u32 = 0;
 pub const ENGINE_STARTING: u32 = 1;
@@ -65,6 +101,52 @@ pub struct ChannelHeader {
     pub engine_generation: AtomicU64,
     /// Requests served since the engine started (diagnostics, `pasv.channel_stats()`).
     pub served: AtomicU64,
+    /// Databases using pasv (durability bookkeeping, DESIGN §5-6).
+    pub dbs: [DbSlot; MAX_DATABASES],
+    /// 1 while a process claims a database slot.
+    pub db_claim_lock: AtomicU32,
+}
+
+impl ChannelHeader {
+    /// The slot of database `db`, if it has one.
+    pub fn db_slot(&self, db: u32) -> Option<&DbSlot> {
+        self.dbs.iter().find(|s| s.db.load(std::sync::atomic::Ordering::Acquire) == db)
+    }
+
+    /// The slot of database `db`, claiming a free one if needed (`None`: all
+    /// taken). Claims are rare (a database's first pasv table) and serialised
+    /// by `db_claim_lock`, so one database never gets two slots.
+    pub fn claim_db_slot(&self, db: u32, recovery: u32) -> Option<&DbSlot> {
+        use std::sync::atomic::Ordering;
+        if let Some(slot) = self.db_slot(db) {
+            return Some(slot);
+        }
+        while self.db_claim_lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            std::thread::yield_now();
+        }
+        let claimed = self.db_slot(db).or_else(|| {
+            let slot = self.dbs.iter().find(|s| s.db.load(Ordering::Acquire) == 0)?;
+            slot.recovery.store(recovery, Ordering::Release);
+            slot.slot.store(SLOT_NONE, Ordering::Release);
+            slot.dropping.store(0, Ordering::Release);
+            slot.worker_pid.store(0, Ordering::Release);
+            slot.global_dpp.store(0, Ordering::Release);
+            slot.slot_lsn.store(0, Ordering::Release);
+            // Release: the fields above are visible to whoever finds `db`.
+            slot.db.store(db, Ordering::Release);
+            Some(slot)
+        });
+        self.db_claim_lock.store(0, Ordering::Release);
+        claimed
+    }
+
+    /// Forget database `db` (it was dropped).
+    pub fn release_db_slot(&self, db: u32) {
+        use std::sync::atomic::Ordering;
+        if let Some(slot) = self.db_slot(db) {
+            slot.db.store(0, Ordering::Release);
+        }
+    }
 }
 
 #[repr(C, align(64))]

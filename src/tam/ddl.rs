@@ -136,6 +136,12 @@ unsafe extern "C-unwind" fn object_access(
         }
         pg_sys::RelationClose(rel);
     } else if class_id == pg_sys::DatabaseRelationId {
-        xact::schedule(Action::DropDatabase(object_id.to_u32()), xact::When::Commit);
+        let db = object_id.to_u32();
+        // Its replay worker is connected to it and would make DROP DATABASE
+        // fail ("being accessed by other users"): it leaves now and comes back
+        // if the drop fails.
+        crate::replay::worker::stop_worker_for_drop(db);
+        xact::schedule(Action::DropDatabase(db), xact::When::Commit);
+        xact::schedule(Action::ResumeDatabase(db), xact::When::Abort);
     }
 }

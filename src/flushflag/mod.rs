@@ -1,0 +1,118 @@
+//! Flush flags and persistence points, backend side (DESIGN §5).
+//!
+//! A backend remembers which pasv tables its transaction wrote and the range
+//! of its pasv messages. At commit it tells the engine, which writes each
+//! table's flush flag (`pasv` mode). Before commit it makes the writes
+//! durable when nothing else would:
+//! * `engine_wal` mode: RocksDB's WAL is synced (after PostgreSQL's);
+//! * `pasv`/`naive` mode while the database has no replication slot yet (or
+//!   lost it): the written tables are flushed, because no slot keeps the WAL
+//!   that recovery would need.
+//!
+//! The persistence points themselves (local DPP per CF, global DPP per
+//! database) are computed by the replay worker from the engine's report:
+//! see [`global_dpp`].
+
+use crate::error::CallError;
+use crate::guc::{self, DurabilityMode};
+use crate::{engine_client, ipc};
+use pasv_am::protocol::CfRef;
+use pgrx::pg_sys;
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+/// What this backend's transaction wrote to pasv tables.
+#[derive(Default)]
+struct Touched {
+    db: u32,
+    rels: Vec<u32>,
+    first_lsn: u64,
+    last_lsn: u64,
+}
+
+thread_local! {
+    static TOUCHED: RefCell<Touched> = RefCell::new(Touched::default());
+}
+
+/// A batch for `cf`, logged at `lsn` (0: not logged), is being written.
+pub fn note_write(cf: CfRef, lsn: u64) {
+    TOUCHED.with(|t| {
+        let mut t = t.borrow_mut();
+        t.db = cf.db;
+        if !t.rels.contains(&cf.rel) {
+            t.rels.push(cf.rel);
+        }
+        if lsn != 0 {
+            if t.first_lsn == 0 {
+                t.first_lsn = lsn;
+            }
+            t.last_lsn = t.last_lsn.max(lsn);
+        }
+    });
+}
+
+/// Pre-commit (still inside the transaction; an error aborts it).
+pub fn before_commit() -> Result<(), CallError> {
+    let (db, rels) = TOUCHED.with(|t| {
+        let t = t.borrow();
+        (t.db, t.rels.clone())
+    });
+    if rels.is_empty() {
+        return Ok(());
+    }
+    match guc::durability() {
+        DurabilityMode::EngineWal => engine_client::sync_wal(),
+        mode if mode.replays() && !slot_protects(db) => {
+            for rel in rels {
+                match engine_client::flush_cf(CfRef { db, rel }) {
+                    Err(CallError::Engine { code: pasv_am::protocol::ErrorCode::NoSuchCf, .. }) => {}
+                    other => other?,
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// After the commit record (never ERRORs): write the flags.
+pub fn after_commit() {
+    let touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    if touched.rels.is_empty() || !guc::durability().writes_flags() {
+        return;
+    }
+    // SAFETY: plain reads of backend globals, valid in the COMMIT callback.
+    let (commit_lsn, xid) = unsafe { (pg_sys::XactLastCommitEnd, u32::from(pg_sys::GetTopTransactionIdIfAny())) };
+    if let Err(e) = engine_client::committed(touched.db, xid, commit_lsn, touched.first_lsn, touched.last_lsn, &touched.rels) {
+        // Only cost: these tables' persistence points lag until their next commit.
+        pgrx::log!("pasv: writing flush flags after commit of transaction {xid}: {e}");
+    }
+}
+
+pub fn after_abort() {
+    TOUCHED.with(|t| *t.borrow_mut() = Touched::default());
+}
+
+/// Whether database `db` has a replication slot keeping the WAL its
+/// recovery needs.
+fn slot_protects(db: u32) -> bool {
+    ipc::client::channel()
+        .and_then(|chan| chan.header().db_slot(db).map(|s| s.slot.load(Ordering::Acquire) == ipc::SLOT_READY))
+        .unwrap_or(false)
+}
+
+/// The creation point of a new CF: the current WAL insert position, made
+/// durable (so no transaction after a crash can commit below it).
+pub fn creation_point() -> u64 {
+    if !guc::durability().replays() {
+        return 0;
+    }
+    // SAFETY: plain WAL calls in a backend.
+    unsafe {
+        let lsn = pg_sys::GetXLogInsertRecPtr();
+        pg_sys::XLogFlush(lsn);
+        lsn
+    }
+}
+
+

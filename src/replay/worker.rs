@@ -1,0 +1,423 @@
+//! The replay worker of one database (DESIGN §5-6): a background worker
+//! connected to the database, started and restarted by the engine.
+//!
+//! 1. After a crash (the engine marked the database RECOVERING), it decodes
+//!    the slot's retained WAL with pasv's plugin, which applies each change
+//!    only to CFs whose cutoff is behind the transaction's commit
+//!    ([`super::plugin`]); then writes flags, flushes the database's CFs,
+//!    leaves a report and lets backends in.
+//! 2. It keeps the slot `pasv_<dboid>`: creates it (from here, not from the
+//!    backend whose transaction made the first table: slot creation waits
+//!    for running transactions, that one included), and recreates it if
+//!    someone dropped it (after flushing, so nothing relied on the lost WAL).
+//! 3. Once a second it advances the slot to the global DPP (fast-forward
+//!    decoding moves `restart_lsn`, so PostgreSQL keeps only the WAL recovery
+//!    may need), and flushes the most lagging CFs when the distance passes
+//!    `pasv.max_recovery_lag` (bounded recovery).
+//!
+//! In `naive` mode flags are ignored: the slot moves only past full flushes,
+//! and recovery replays everything retained. In `engine_wal` and `unlogged`
+//! modes there is nothing to replay: the worker drops a leftover slot and ends.
+
+use super::plugin::{self, ReplayRun};
+use crate::guc::{self, DurabilityMode};
+use crate::ipc::{client, DbSlot, DB_READY, DB_RECOVERING, SLOT_FAILED, SLOT_NONE, SLOT_NOT_NEEDED, SLOT_READY};
+use crate::{engine_client, fmt_lsn};
+use pasv_am::protocol::{CfRef, PersistenceRow};
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+pub fn slot_name(db: u32) -> String {
+    format!("pasv_{db}")
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pasv_replay_main(arg: pg_sys::Datum) {
+    let db = arg.value() as u32;
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    super::mark_recovered();
+    let Some(chan) = client::channel() else { return };
+    let Some(slot) = chan.header().db_slot(db) else { return };
+    // SAFETY: reading our pid.
+    slot.worker_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
+    let worker = Worker { db, slot, name: slot_name(db), last_advance: std::cell::Cell::new(Instant::now()) };
+    worker.run();
+    slot.worker_pid.store(0, Ordering::Release);
+}
+
+struct Worker<'a> {
+    db: u32,
+    slot: &'a DbSlot,
+    name: String,
+    last_advance: std::cell::Cell<Instant>,
+}
+
+/// A failed step of the worker: logged, then retried on a later tick.
+type Step<T> = Result<T, String>;
+
+impl Worker<'_> {
+    fn run(&self) {
+        let mode = guc::durability();
+        if !mode.replays() {
+            if self.slot_position().ok().flatten().is_some() {
+                match self.spi_run(&format!("SELECT pg_drop_replication_slot('{}')", self.name)) {
+                    Ok(()) => pgrx::log!("pasv: durability is {mode:?}: dropped the slot {} (nothing to replay)", self.name),
+                    Err(e) => pgrx::warning!("pasv: dropping the unneeded slot {}: {e}", self.name),
+                }
+            }
+            self.slot.slot.store(SLOT_NOT_NEEDED, Ordering::Release);
+            self.slot.recovery.store(DB_READY, Ordering::Release);
+            return;
+        }
+
+        if self.slot.recovery.load(Ordering::Acquire) == DB_RECOVERING {
+            match self.slot_position() {
+                Ok(Some(_)) => {
+                    if let Err(e) = self.recover(mode) {
+                        // The worker exits; the engine starts it again and
+                        // replay (idempotent) starts over. Backends keep waiting.
+                        pgrx::error!("pasv recovery of database {} failed: {e}", self.db);
+                    }
+                    self.slot.slot.store(SLOT_READY, Ordering::Release);
+                }
+                Ok(None) => {
+                    crate::error::warn(
+                        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                        format!(
+                            "pasv: database {} has no replication slot {}: changes that were not flushed before the crash cannot be replayed",
+                            self.db, self.name
+                        ),
+                        "Check pasv tables for missing rows; the slot was dropped or never created (see earlier WARNINGs). pasv creates a new one now.",
+                    );
+                }
+                Err(e) => pgrx::error!("pasv recovery of database {}: reading the slot: {e}", self.db),
+            }
+            self.slot.recovery.store(DB_READY, Ordering::Release);
+        }
+
+        let mut next_slot_attempt = Instant::now();
+        let mut last_maintenance = Instant::now() - Duration::from_secs(10);
+        while BackgroundWorker::wait_latch(Some(Duration::from_millis(200))) {
+            if self.slot.dropping.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            if last_maintenance.elapsed() < Duration::from_secs(1) {
+                continue;
+            }
+            last_maintenance = Instant::now();
+            match self.slot_position() {
+                Ok(Some((confirmed, _))) => {
+                    self.slot.slot.store(SLOT_READY, Ordering::Release);
+                    if let Err(e) = self.maintain(mode, confirmed) {
+                        pgrx::log!("pasv: maintaining the slot of database {}: {e}", self.db);
+                    }
+                }
+                Ok(None) if Instant::now() >= next_slot_attempt => {
+                    if let Err(e) = self.create_slot() {
+                        self.slot.slot.store(SLOT_FAILED, Ordering::Release);
+                        crate::error::warn(
+                            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                            format!("pasv: cannot create the replication slot {} for database {}: {e}", self.name, self.db),
+                            "pasv needs wal_level = logical and a free replication slot (max_replication_slots). \
+                             Until then every commit flushes the pasv tables it wrote (safe, slow); pasv retries every 10 s.",
+                        );
+                        next_slot_attempt = Instant::now() + Duration::from_secs(10);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => pgrx::log!("pasv: reading the slot of database {}: {e}", self.db),
+            }
+        }
+    }
+
+    /// The slot's (confirmed_flush, restart_lsn), or `None` if it does not exist.
+    fn slot_position(&self) -> Step<Option<(u64, u64)>> {
+        // One row always: NULLs when the slot does not exist.
+        let query = format!(
+            "SELECT (SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = '{0}'), \
+                    (SELECT (restart_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = '{0}')",
+            self.name
+        );
+        self.spi(|| {
+            Spi::connect(|c| c.select(query.as_str(), Some(1), &[])?.first().get_two::<i64, i64>())
+                .map(|(c, r)| c.map(|c| (c as u64, r.unwrap_or(0) as u64)))
+        })
+    }
+
+    /// No slot: from now on commits flush what they wrote; create the slot
+    /// (waits for running transactions); then flush every CF, so whatever
+    /// committed without the slot's protection is on disk.
+    fn create_slot(&self) -> Step<()> {
+        let was = self.slot.slot.swap(SLOT_NONE, Ordering::AcqRel);
+        if was == SLOT_READY {
+            crate::error::warn(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("pasv: the replication slot {} of database {} was dropped", self.name, self.db),
+                "pasv flushes the database's pasv tables and creates the slot again; do not drop pasv_* slots.",
+            );
+        }
+        // SAFETY: reading a server setting.
+        if unsafe { pg_sys::wal_level } < pg_sys::WalLevel::WAL_LEVEL_LOGICAL as i32 {
+            return Err("wal_level is below logical".into());
+        }
+        self.spi_run(&format!("SELECT pg_create_logical_replication_slot('{}', 'pasv')", self.name))?;
+        self.slot.slot.store(SLOT_READY, Ordering::Release);
+        self.flush_all_cfs()?;
+        pgrx::log!("pasv: created the replication slot {} for database {}", self.name, self.db);
+        Ok(())
+    }
+
+    fn flush_all_cfs(&self) -> Step<()> {
+        for row in engine_client::persistence(self.db).map_err(|e| e.to_string())? {
+            engine_client::flush_cf(CfRef { db: row.db, rel: row.rel }).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Advance the slot to the global DPP; flush laggards past the bound.
+    fn maintain(&self, mode: DurabilityMode, confirmed: u64) -> Step<()> {
+        // Read the position first: a CF clean in the report below was clean
+        // when every transaction that committed before `now` had written it.
+        // SAFETY: plain WAL position read.
+        let now = unsafe { pg_sys::GetXLogInsertRecPtr() };
+        let rows = engine_client::persistence(self.db).map_err(|e| e.to_string())?;
+        let max_lag = guc::MAX_RECOVERY_LAG_MB.get().max(1) as u64 * 1024 * 1024;
+        let target = match mode {
+            DurabilityMode::Naive if rows.iter().any(|r| r.dirty) => {
+                if now.saturating_sub(confirmed) > max_lag {
+                    // Naive: only a full flush moves the slot.
+                    self.flush_all_cfs()?;
+                    now
+                } else {
+                    confirmed
+                }
+            }
+            DurabilityMode::Naive => now,
+            _ => {
+                let target = pasv_am::flush_flag::global_dpp(&rows, now);
+                if now.saturating_sub(target) > max_lag {
+                    self.flush_laggards(&rows, now, max_lag)?;
+                }
+                target
+            }
+        };
+        self.slot.global_dpp.store(target, Ordering::Release);
+        // Each advance decodes (and logs a line): move in steps of at least
+        // 1 MB, or after 10 s of smaller progress.
+        let due = target >= confirmed.saturating_add(1 << 20)
+            || (target > confirmed && self.last_advance.get().elapsed() >= Duration::from_secs(10));
+        if due {
+            self.last_advance.set(Instant::now());
+            self.spi_run(&format!(
+                "SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)",
+                self.name,
+                fmt_lsn(target)
+            ))?;
+            self.slot.slot_lsn.store(target, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Flush the dirty CFs whose DPP is more than half the bound behind.
+    fn flush_laggards(&self, rows: &[PersistenceRow], now: u64, max_lag: u64) -> Step<()> {
+        for row in rows.iter().filter(|r| r.dirty && now.saturating_sub(pasv_am::flush_flag::local_dpp(r)) > max_lag / 2) {
+            pgrx::log!(
+                "pasv: flushing table {}/{}: its data persistence point {} is {} MB behind (pasv.max_recovery_lag)",
+                row.db,
+                row.rel,
+                fmt_lsn(pasv_am::flush_flag::local_dpp(row)),
+                now.saturating_sub(pasv_am::flush_flag::local_dpp(row)) >> 20
+            );
+            engine_client::flush_cf(CfRef { db: row.db, rel: row.rel }).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Recovery (DESIGN §6.3): decode everything the slot retains and apply
+    /// what each CF lost.
+    fn recover(&self, mode: DurabilityMode) -> Step<()> {
+        let started = Instant::now();
+        let rows = engine_client::persistence(self.db).map_err(|e| e.to_string())?;
+        let cutoffs: HashMap<u32, u64> = rows
+            .iter()
+            .map(|r| {
+                let cutoff = if mode == DurabilityMode::Pasv { pasv_am::flush_flag::local_dpp(r) } else { r.created_lsn };
+                (r.rel, cutoff)
+            })
+            .collect();
+        let (_, restart) = self.slot_position()?.ok_or("the slot vanished")?;
+        // SAFETY: plain WAL position read.
+        let end = unsafe { pg_sys::GetFlushRecPtr(std::ptr::null_mut()) };
+        pgrx::log!(
+            "pasv recovery of database {} ({} mode): decoding WAL {}..{} ({} MB) for {} tables",
+            self.db,
+            guc::durability_name(mode),
+            fmt_lsn(restart),
+            fmt_lsn(end),
+            end.saturating_sub(restart) >> 20,
+            rows.len()
+        );
+        let run = ReplayRun::new(self.db, cutoffs.clone(), take_crash_point());
+        let query = format!("SELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL)", self.name);
+        let (decoded, run) = plugin::with_run(run, || self.spi(|| select_one(&query).map(|_| ())));
+        decoded?;
+        // Every CF now holds every transaction decoded: say so with a flag,
+        // and make it durable, so the next recovery starts from here.
+        let rels: Vec<u32> = rows.iter().map(|r| r.rel).collect();
+        if run.last_commit != 0 && mode == DurabilityMode::Pasv {
+            engine_client::committed(self.db, 0, run.last_commit, 0, 0, &rels).map_err(|e| e.to_string())?;
+        }
+        self.flush_all_cfs()?;
+        let seconds = started.elapsed().as_secs_f64();
+        let (replayed, skipped) = run.totals();
+        pgrx::log!(
+            "pasv recovery of database {} done in {:.3} s: {} messages decoded, {} operations replayed, {} skipped, {} MB of WAL",
+            self.db,
+            seconds,
+            run.messages,
+            replayed,
+            skipped,
+            end.saturating_sub(restart) >> 20
+        );
+        write_report(self.db, mode, &rows, &cutoffs, &run, end.saturating_sub(restart), seconds)
+    }
+
+    fn spi<T>(&self, f: impl FnOnce() -> Result<T, pgrx::spi::Error>) -> Step<T> {
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = PgTryBuilder::new(|| {
+            let f = f;
+            BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || (f.0)().map_err(|e| e.to_string())))
+        })
+        .catch_others(|cause| {
+            // SAFETY: an ERROR escaped mid-transaction: clean up as
+            // PostgreSQL's error recovery would (a slot being created or
+            // decoded is still acquired), then roll back.
+            unsafe {
+                if !pg_sys::MyReplicationSlot.is_null() {
+                    pg_sys::ReplicationSlotRelease();
+                }
+                pg_sys::ReplicationSlotCleanup();
+                pg_sys::AbortCurrentTransaction();
+            }
+            Err(match cause {
+                pg_sys::panic::CaughtError::PostgresError(report)
+                | pg_sys::panic::CaughtError::ErrorReport(report) => report.message().to_string(),
+                pg_sys::panic::CaughtError::RustPanic { ereport, .. } => ereport.message().to_string(),
+            })
+        })
+        .execute();
+        outcome
+    }
+
+    /// Run a query in its own transaction. Read-only SPI on purpose: pgrx's
+    /// read-write path assigns a transaction id, and a logical slot cannot be
+    /// created by a transaction that has one.
+    fn spi_run(&self, query: &str) -> Step<()> {
+        let counted = format!("SELECT count(*) FROM ({query}) AS q");
+        self.spi(|| select_one(&counted).map(|_| ()))
+    }
+}
+
+/// Where recovery reports live: `$PGDATA/pasv_recovery/<db>.tsv`.
+pub fn report_path(db: u32) -> PathBuf {
+    // SAFETY: DataDir is set in every backend and worker.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    PathBuf::from(dir.to_string_lossy().into_owned()).join("pasv_recovery").join(format!("{db}.tsv"))
+}
+
+/// Report columns: rel, cutoff, replayed ops, skipped ops, replayed
+/// messages, skipped messages, WAL bytes decoded, seconds, mode.
+fn write_report(
+    db: u32,
+    mode: DurabilityMode,
+    rows: &[PersistenceRow],
+    cutoffs: &HashMap<u32, u64>,
+    run: &ReplayRun,
+    wal_bytes: u64,
+    seconds: f64,
+) -> Step<()> {
+    let mut text = String::new();
+    let mut rels: Vec<u32> = rows.iter().map(|r| r.rel).chain(run.stats.keys().copied()).collect();
+    rels.sort_unstable();
+    rels.dedup();
+    for rel in rels {
+        let s = run.stats.get(&rel).copied().unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "{rel}\t{}\t{}\t{}\t{}\t{}\t{wal_bytes}\t{seconds:.6}\t{}",
+            cutoffs.get(&rel).copied().unwrap_or(0),
+            s.replayed_ops,
+            s.skipped_ops,
+            s.replayed_messages,
+            s.skipped_messages,
+            guc::durability_name(mode)
+        );
+    }
+    let path = report_path(db);
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text.as_bytes())?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// The test crash point: `$PGDATA/pasv_crash_point` holding
+/// `replay_after_messages=N` makes the next recovery abort the process after
+/// N applied messages. Read once and removed (one shot).
+fn take_crash_point() -> Option<u64> {
+    // SAFETY: DataDir is set.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    let path = PathBuf::from(dir.to_string_lossy().into_owned()).join("pasv_crash_point");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    let n = text.trim().strip_prefix("replay_after_messages=")?.parse().ok()?;
+    pgrx::log!("pasv recovery: crash point armed: abort after {n} applied messages");
+    Some(n)
+}
+
+/// Used by DROP DATABASE: make the database's worker leave (it holds a
+/// connection to it) and wait up to 10 s for it.
+pub fn stop_worker_for_drop(db: u32) {
+    let Some(chan) = client::channel() else { return };
+    let Some(slot) = chan.header().db_slot(db) else { return };
+    slot.dropping.store(1, Ordering::Release);
+    let pid = slot.worker_pid.load(Ordering::Acquire);
+    if pid == 0 {
+        return;
+    }
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: signals the worker process (SIGTERM = 15).
+    unsafe { kill(pid, 15) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while slot.worker_pid.load(Ordering::Acquire) == pid
+        && crate::ipc::futex::process_alive(pid)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// DROP DATABASE failed: let the engine start the worker again.
+pub fn resume_after_failed_drop(db: u32) {
+    if let Some(slot) = client::channel().and_then(|c| c.header().db_slot(db).map(|s| s as *const DbSlot)) {
+        // SAFETY: the slot lives in shared memory for the postmaster's life.
+        unsafe { (*slot).dropping.store(0, Ordering::Release) };
+    }
+}
+
+fn select_one(query: &str) -> Result<Option<i64>, pgrx::spi::Error> {
+    Spi::connect(|c| c.select(query, Some(1), &[])?.first().get_one::<i64>())
+}
