@@ -112,3 +112,192 @@ fn table_versions(rel: pg_sys::Oid) -> i64 {
         count
     }
 }
+
+// ---------------------------------------------------------------------------
+// Durability status (DESIGN §5-6): raw functions, and views over them that
+// give relations, LSNs and slots their SQL types.
+// ---------------------------------------------------------------------------
+
+extern "C-unwind" {
+    // utils/relfilenumbermap.h; not in pgrx's PG16 bindings.
+    fn RelidByRelfilenumber(reltablespace: pg_sys::Oid, relfilenumber: pg_sys::Oid) -> pg_sys::Oid;
+}
+
+/// The table of relfilenumber `rel` if it is in this database (pasv tables
+/// live in the default tablespace).
+fn relid_of(db: u32, rel: u32) -> Option<pg_sys::Oid> {
+    // SAFETY: plain read of a backend global, and a catalog lookup through
+    // PostgreSQL's relfilenumber map inside a transaction.
+    unsafe {
+        if db != u32::from(pg_sys::MyDatabaseId) {
+            return None;
+        }
+        let oid = pg_sys::ffi::pg_guard_ffi_boundary(|| RelidByRelfilenumber(pg_sys::Oid::INVALID, pg_sys::Oid::from(rel)));
+        (oid != pg_sys::Oid::INVALID).then_some(oid)
+    }
+}
+
+/// Every pasv CF and where it stands: its persisted flush flag (the local
+/// DPP), the newest flag in its memtable, memtable and SST bytes, and how
+/// far (WAL bytes) its DPP lags the current WAL position when it has
+/// unflushed data.
+#[pg_extern]
+fn cf_status_raw() -> TableIterator<
+    'static,
+    (
+        name!(database_oid, pg_sys::Oid),
+        name!(relfilenumber, pg_sys::Oid),
+        name!(relid, Option<pg_sys::Oid>),
+        name!(incarnation, i64),
+        name!(persisted_flag_lsn, String),
+        name!(latest_flag_lsn, String),
+        name!(local_dpp, String),
+        name!(unflushed, bool),
+        name!(memtable_bytes, i64),
+        name!(sst_bytes, i64),
+        name!(lag_bytes, i64),
+    ),
+> {
+    let rows = match engine_client::persistence(0) {
+        Ok(rows) => rows,
+        Err(e) => e.raise("reading the persistence state"),
+    };
+    // SAFETY: plain WAL position read.
+    let now = unsafe { pg_sys::GetXLogInsertRecPtr() };
+    TableIterator::new(rows.into_iter().map(move |r| {
+        let dpp = pasv_am::flush_flag::local_dpp(&r);
+        (
+            pg_sys::Oid::from(r.db),
+            pg_sys::Oid::from(r.rel),
+            relid_of(r.db, r.rel),
+            r.incarnation as i64,
+            crate::fmt_lsn(r.persisted_lsn),
+            crate::fmt_lsn(r.latest_flag_lsn),
+            crate::fmt_lsn(dpp),
+            r.dirty,
+            r.memtable_bytes as i64,
+            r.sst_bytes as i64,
+            if r.dirty { now.saturating_sub(dpp) as i64 } else { 0 },
+        )
+    }))
+}
+
+/// Every database using pasv: durability mode, recovery and slot state,
+/// the global DPP its replay worker last computed, and the worker's pid.
+#[pg_extern]
+fn database_status_raw() -> TableIterator<
+    'static,
+    (
+        name!(database_oid, pg_sys::Oid),
+        name!(durability, String),
+        name!(recovering, bool),
+        name!(slot_state, String),
+        name!(slot_name, String),
+        name!(global_dpp, String),
+        name!(worker_pid, i32),
+    ),
+> {
+    use crate::ipc::{DB_RECOVERING, SLOT_FAILED, SLOT_NONE, SLOT_NOT_NEEDED, SLOT_READY};
+    use std::sync::atomic::Ordering;
+    let mode = crate::guc::durability_name(crate::guc::durability()).to_string();
+    let mut rows = Vec::new();
+    if let Some(chan) = crate::ipc::client::channel() {
+        for s in &chan.header().dbs {
+            let db = s.db.load(Ordering::Acquire);
+            if db == 0 {
+                continue;
+            }
+            let slot_state = match s.slot.load(Ordering::Acquire) {
+                SLOT_NONE => "none (commits flush)",
+                SLOT_READY => "ready",
+                SLOT_FAILED => "failed (commits flush)",
+                SLOT_NOT_NEEDED => "not needed",
+                _ => "unknown",
+            };
+            rows.push((
+                pg_sys::Oid::from(db),
+                mode.clone(),
+                s.recovery.load(Ordering::Acquire) == DB_RECOVERING,
+                slot_state.to_string(),
+                crate::replay::worker::slot_name(db),
+                crate::fmt_lsn(s.global_dpp.load(Ordering::Acquire)),
+                s.worker_pid.load(Ordering::Acquire),
+            ));
+        }
+    }
+    TableIterator::new(rows)
+}
+
+/// The last recovery of this database, per table: its cutoff (the local
+/// DPP it started from), operations and messages replayed and skipped, WAL
+/// bytes decoded and seconds taken (the same for every row).
+#[pg_extern]
+fn recovery_report_raw() -> TableIterator<
+    'static,
+    (
+        name!(relfilenumber, pg_sys::Oid),
+        name!(relid, Option<pg_sys::Oid>),
+        name!(cutoff_lsn, String),
+        name!(replayed_ops, i64),
+        name!(skipped_ops, i64),
+        name!(replayed_messages, i64),
+        name!(skipped_messages, i64),
+        name!(wal_bytes, i64),
+        name!(seconds, f64),
+        name!(durability, String),
+    ),
+> {
+    // SAFETY: plain read of a backend global.
+    let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+    let text = std::fs::read_to_string(crate::replay::worker::report_path(db)).unwrap_or_default();
+    let rows: Vec<_> = text
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            if f.len() != 9 {
+                return None;
+            }
+            let n = |i: usize| f[i].parse::<i64>().unwrap_or(0);
+            let rel = f[0].parse::<u32>().ok()?;
+            Some((
+                pg_sys::Oid::from(rel),
+                relid_of(db, rel),
+                crate::fmt_lsn(n(1) as u64),
+                n(2),
+                n(3),
+                n(4),
+                n(5),
+                n(6),
+                f[7].parse::<f64>().unwrap_or(0.0),
+                f[8].to_string(),
+            ))
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE VIEW pasv.cf_status AS
+  SELECT database_oid, relfilenumber, relid::regclass AS relation, incarnation,
+         persisted_flag_lsn::pg_lsn, latest_flag_lsn::pg_lsn, local_dpp::pg_lsn,
+         unflushed, memtable_bytes, sst_bytes, lag_bytes
+    FROM pasv.cf_status_raw();
+COMMENT ON VIEW pasv.cf_status IS 'Every pasv column family: flush flags, local data persistence point, memtable/SST bytes, lag';
+CREATE VIEW pasv.database_status AS
+  SELECT d.database_oid, db.datname, d.durability, d.recovering, d.slot_state, d.slot_name,
+         d.global_dpp::pg_lsn, s.confirmed_flush_lsn AS slot_confirmed_lsn, s.restart_lsn AS slot_restart_lsn,
+         pg_current_wal_lsn() - s.restart_lsn AS retained_wal_bytes, d.worker_pid
+    FROM pasv.database_status_raw() d
+    LEFT JOIN pg_database db ON db.oid = d.database_oid
+    LEFT JOIN pg_replication_slots s ON s.slot_name = d.slot_name;
+COMMENT ON VIEW pasv.database_status IS 'Every database using pasv: recovery and slot state, global data persistence point, WAL retained';
+CREATE VIEW pasv.recovery_report AS
+  SELECT relfilenumber, relid::regclass AS relation, cutoff_lsn::pg_lsn, replayed_ops, skipped_ops,
+         replayed_messages, skipped_messages, wal_bytes, seconds, durability
+    FROM pasv.recovery_report_raw();
+COMMENT ON VIEW pasv.recovery_report IS 'The last pasv recovery of this database, per table';
+"#,
+    name = "durability_views",
+    requires = [cf_status_raw, database_status_raw, recovery_report_raw]
+);
