@@ -217,6 +217,7 @@ pub fn scan_into(
     dest: &mut [u8],
 ) -> Result<ScanCopied, CallError> {
     flush_pending()?;
+    crate::replay::wait_for_recovery();
     let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     let req = Request::Scan { cf, start, end, max_entries, per_row };
     client::call(

@@ -301,3 +301,28 @@ COMMENT ON VIEW pasv.recovery_report IS 'The last pasv recovery of this database
     name = "durability_views",
     requires = [cf_status_raw, database_status_raw, recovery_report_raw]
 );
+
+/// Flush one pasv table's memtables to SST files and wait (tests,
+/// operations): like a flush RocksDB starts by itself, it first makes the WAL
+/// durable up to the table's newest logged change.
+#[pg_extern]
+fn flush_table(rel: pg_sys::Oid) {
+    // SAFETY: the relation is opened and closed here with AccessShareLock.
+    let cf = unsafe {
+        let r = pg_sys::relation_open(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if !crate::tam::is_pasv(r) {
+            pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                "pasv.flush_table() needs a pasv table",
+                "Pass a table created USING pasv.",
+            );
+        }
+        let cf = crate::tam::cf_of(r);
+        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        cf
+    };
+    if let Err(e) = engine_client::flush_cf(cf) {
+        e.raise("flushing a table");
+    }
+}

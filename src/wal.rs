@@ -35,3 +35,22 @@ pub unsafe fn log_change(encoded_put_batch: &[u8]) -> pg_sys::XLogRecPtr {
         LogLogicalMessage(PREFIX.as_ptr(), encoded_put_batch.as_ptr() as *const c_char, encoded_put_batch.len(), true)
     })
 }
+
+/// Make the flushed WAL end at least a page past its current end, by
+/// logging (non-transactionally, ignored by decoding) padding and flushing it.
+///
+/// Why: after a crash that cut a record spanning a page boundary, the next
+/// page starts with an "overwrite contrecord". A decoder that reaches the cut
+/// record asks for that whole page, and `read_local_xlog_page` waits until
+/// WAL is flushed that far, which an idle server (all backends waiting for
+/// recovery) never does. Recovery pads first, then decodes.
+///
+/// # Safety
+/// Backend or worker inside a transaction.
+pub unsafe fn pad_past_current_page() {
+    const PAD: [u8; 3 * 8192] = [0; 3 * 8192];
+    pg_sys::ffi::pg_guard_ffi_boundary(|| {
+        let lsn = LogLogicalMessage(c"pasv_pad".as_ptr(), PAD.as_ptr() as *const c_char, PAD.len(), false);
+        pg_sys::XLogFlush(lsn);
+    });
+}

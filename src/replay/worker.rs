@@ -254,6 +254,11 @@ impl Worker<'_> {
             })
             .collect();
         let (_, restart) = self.slot_position()?.ok_or("the slot vanished")?;
+        // SAFETY: in a transaction of this worker.
+        self.spi(|| {
+            unsafe { crate::wal::pad_past_current_page() };
+            Ok(())
+        })?;
         // SAFETY: plain WAL position read.
         let end = unsafe { pg_sys::GetFlushRecPtr(std::ptr::null_mut()) };
         pgrx::log!(
