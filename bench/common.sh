@@ -35,3 +35,20 @@ bench_psql() {
 machine_line() {
   echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr); PostgreSQL $("$PG_CONFIG" --version)"
 }
+
+# bench_restart_with "SETTING = VALUE" ...: append settings to the bench
+# cluster's pasv.conf and restart it (a clean shutdown: pasv.durability may
+# change only then).
+bench_restart_with() {
+  local kv
+  for kv in "$@"; do echo "$kv" >>"$BENCH_DATA/pasv.conf"; done
+  start_cluster "$BENCH_DATA" "$BENCH_LOG" >/dev/null
+  wait_ready "$PASV_BENCH_PORT" >/dev/null
+}
+
+# bench_crash_restart: pg_ctl -m immediate stop, then start; prints nothing.
+bench_crash_restart() {
+  as_pasv "$PG_BIN/pg_ctl" stop -D "$BENCH_DATA" -m immediate -w >/dev/null
+  as_pasv "$PG_BIN/pg_ctl" start -D "$BENCH_DATA" -l "$BENCH_LOG" -w -t 120 >/dev/null
+  wait_ready "$PASV_BENCH_PORT" >/dev/null
+}

@@ -73,6 +73,8 @@ cluster_pids() {
   done
 }
 
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
 postmaster_pid() { head -n 1 "$pgdata/postmaster.pid" 2>/dev/null || true; }
 
 # The file the running server logs to (its stderr), for the pasv lines.
@@ -341,7 +343,7 @@ SQL
   read -r _ report_r report_s report_rels < <(grep '^report ' <<<"$out")
   read -r _ fresh < <(grep '^fresh ' <<<"$out")
 
-  echo "    ledger: $acked acked commits checked, $missing missing; $unacked committed but unacked (in flight: $unacked_list), $bad not the in-flight INSERT"
+  echo "    ledger: $acked acked commits checked, $missing missing; $unacked rows committed but never acked over all cycles ($unacked_list), $bad of them not the INSERT in flight at a crash"
   total_checked=$acked
   [ "$missing" = 0 ] || fail "$label: $missing acknowledged commits lost, e.g. (client/n) $missing_list"
   [ "$bad" = 0 ] || fail "$label: $bad unacked ledger rows are not the in-flight INSERT of their client: $unacked_list"
@@ -398,7 +400,7 @@ for ((c = 1; c <= cycles; c++)); do
   off=$(file_size "$log")
   crash_off=$(file_size "$pgdata/crash.log")
   start_load "$c" 30
-  t_load=$SECONDS
+  t_load=$(now_ms)
   if ((c % 2 == 1)); then
     sleep 1
     if [ "$has_flush_table" = 1 ]; then
@@ -407,7 +409,8 @@ for ((c = 1; c <= cycles; c++)); do
       if q -c "SELECT pasv.flush()" >/dev/null; then echo "    flushed all pasv tables mid-load (no pasv.flush_table)"; else fail "cycle $c: pasv.flush failed"; fi
     fi
   fi
-  while ((SECONDS - t_load < delay)); do sleep 0.2; done
+  left=$((delay * 1000 - ($(now_ms) - t_load)))
+  if ((left > 0)); then sleep "$((left / 1000)).$(printf '%03d' $((left % 1000)))"; fi
   check_load_alive "$c" || on_failure
   kill_victim "$c" "$kind" || on_failure
   wait_load
