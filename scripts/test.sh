@@ -203,6 +203,29 @@ run_pgbench_invariant() {
   stop_cluster "$data"
 }
 
+# run_durability_modes PORT: tests/durability_modes.sh once per mode, each
+# on its own fresh cluster.
+run_durability_modes() {
+  local port=$1 mode data log t
+  for mode in pasv naive engine_wal unlogged; do
+    t=$SECONDS data=$TEST_DIR/modes-$mode log=$TEST_DIR/modes-$mode.log
+    init_cluster "$data" "$port"
+    echo "pasv.durability = $mode" >>"$data/pasv.conf"
+    start_cluster "$data" "$log"
+    wait_ready "$port"
+    if as_pasv "$PASV_ROOT/tests/durability_modes.sh" "$PG_BIN" "$PASV_RUN" "$port" "$data" "$log"; then
+      PASSED=$((PASSED + 1))
+      say "durability mode $mode: passed ($((SECONDS - t)) s)"
+    else
+      FAILED=$((FAILED + 1))
+      printf -- '---- server log %s (last 40 lines) ----\n' "$log"
+      tail -n 40 "$log"
+      say "durability mode $mode: FAILED ($((SECONDS - t)) s)"
+    fi
+    stop_cluster "$data"
+  done
+}
+
 if [ ! -x "$PG_REGRESS" ]; then
   step_failed "pg_regress not found at $PG_REGRESS"
 else
@@ -218,5 +241,6 @@ else
     run_regress nopreload "$TEST_DIR/nopreload" "$((PASV_TEST_PORT + 1))" "$PASV_ROOT/sql/schedule_nopreload" --no-preload
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
     run_pgbench_invariant "$TEST_DIR/pgbench" "$((PASV_TEST_PORT + 3))"
+    run_durability_modes "$((PASV_TEST_PORT + 4))"
   fi
 fi

@@ -75,6 +75,9 @@ type Db = DBWithThreadMode<MultiThreaded>;
 const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
 /// Incarnations start at 1; 0 never names a CF.
 const FIRST_INCARNATION: u64 = 1;
+/// Reserved key of a table CF: rowids below it were used by an emptied past
+/// (u64 little-endian); see [`Engine::truncate_all`].
+const ROWID_FLOOR_KEY: &[u8] = &[RESERVED_KEY_PREFIX, b'f', b'l', b'o', b'o', b'r'];
 /// Meta CF key present only between a clean close and the next open.
 const CLEAN_CLOSE_KEY: &[u8] = b"clean_close";
 /// Meta CF key prefix of a CF's creation LSN (followed by the CF name).
@@ -747,11 +750,25 @@ impl Engine {
     }
 
     /// Empties every table (the `unlogged` mode after a crash: like
-    /// PostgreSQL's unlogged tables, their contents are gone).
+    /// PostgreSQL's unlogged tables, their contents are gone). Unlike
+    /// TRUNCATE, rowids do not restart: PostgreSQL indexes on the tables
+    /// survive the crash, and their stale entries must never point at new
+    /// rows. The floor is stored durably in each new CF.
     pub fn truncate_all(&self) -> Result<usize, EngineError> {
-        let all: Vec<CfRef> = self.tables().keys().copied().collect();
-        for cf in &all {
+        let all: Vec<(CfRef, u64)> = self
+            .tables()
+            .iter()
+            .map(|(cf, entry)| (*cf, entry.next_rowid.load(Ordering::Relaxed)))
+            .collect();
+        for (cf, floor) in &all {
             self.truncate_cf(*cf)?;
+            let entry = self.lookup(*cf).ok_or(EngineError::NoSuchCf(*cf))?;
+            let handle = self.handle(*cf, &entry)?;
+            self.db
+                .put_cf_opt(&handle, ROWID_FLOOR_KEY, floor.to_le_bytes(), &self.write_options)
+                .map_err(rocks("write a rowid floor"))?;
+            self.db.flush_cf(&handle).map_err(rocks("flush a rowid floor"))?;
+            entry.next_rowid.fetch_max(*floor, Ordering::Relaxed);
         }
         Ok(all.len())
     }
@@ -1091,7 +1108,12 @@ fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineError> {
     };
     iter.status()
         .map_err(rocks_with(|| format!("find the last row of {name}")))?;
-    Ok(last.map_or(0, |rowid| rowid + 1))
+    let floor = db
+        .get_cf(&handle, ROWID_FLOOR_KEY)
+        .map_err(rocks_with(|| format!("read the rowid floor of {name}")))?
+        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map_or(0, u64::from_le_bytes);
+    Ok(last.map_or(0, |rowid| rowid + 1).max(floor))
 }
 
 #[cfg(test)]
@@ -1455,6 +1477,96 @@ mod tests {
             engine.put_batch(T, batch.as_batch()),
             Err(EngineError::BadRequest(_))
         ));
+    }
+
+    /// Records every LSN a flush asked to be durable.
+    #[derive(Default)]
+    struct RecordingWal(std::sync::Mutex<Vec<u64>>);
+
+    impl WalDurability for RecordingWal {
+        fn ensure_durable(&self, lsn: u64) {
+            self.0.lock().unwrap().push(lsn);
+        }
+    }
+
+    #[test]
+    fn a_flush_first_makes_the_wal_durable_up_to_the_cfs_newest_lsn() {
+        let dir = TempDir::new();
+        let wal = Arc::new(RecordingWal::default());
+        let engine = Engine::open_with_wal(config(&dir), wal.clone()).unwrap();
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 0), &value(1, 8)).unwrap();
+        engine.put_batch_at(T, 0x5000, batch.as_batch()).unwrap();
+        engine.put_batch_at(T, 0x4000, batch.as_batch()).unwrap();
+        assert!(wal.0.lock().unwrap().is_empty(), "no flush yet");
+        engine.flush_cf(T).unwrap();
+        assert_eq!(*wal.0.lock().unwrap(), vec![0x5000]);
+        // A flag's commit LSN counts too (an asynchronous commit's record).
+        engine.write_flags(T.db, [T.rel].into_iter(), 7, 0x9000, 0x4000, 0x5000).unwrap();
+        engine.flush_cf(T).unwrap();
+        assert_eq!(wal.0.lock().unwrap().last(), Some(&0x9000));
+    }
+
+    #[test]
+    fn flags_reach_the_persisted_tier_only_with_a_flush_and_only_move_forward() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf_at(T, 0x100).unwrap();
+        put_rows(&engine, T, [1, 2]);
+        assert_eq!(engine.write_flags(T.db, [T.rel].into_iter(), 9, 0x2000, 0x1000, 0x1800).unwrap(), 1);
+        let p = engine.persistence(Some(T.db)).unwrap();
+        assert_eq!(p.len(), 1);
+        assert!(p[0].dirty);
+        assert_eq!(p[0].persisted, None, "the flag lives in the memtable only");
+        assert_eq!(p[0].latest_flag_lsn, 0x2000);
+        assert_eq!(p[0].created_lsn, 0x100);
+        // An older commit after a newer one does not move the flag back.
+        assert_eq!(engine.write_flags(T.db, [T.rel].into_iter(), 8, 0x1500, 0, 0).unwrap(), 0);
+        engine.flush_cf(T).unwrap();
+        let p = engine.persistence(Some(T.db)).unwrap();
+        assert!(!p[0].dirty);
+        let flag = p[0].persisted.expect("persisted by the flush");
+        assert_eq!((flag.commit_lsn, flag.xid, flag.cf), (0x2000, 9, p[0].cf));
+        // Flags of unknown tables are ignored; other databases are not listed.
+        assert_eq!(engine.write_flags(T.db, [999].into_iter(), 1, 0x3000, 0, 0).unwrap(), 0);
+        assert!(engine.persistence(Some(T.db + 1)).unwrap().is_empty());
+        // The persisted flag and the creation LSN survive a reopen.
+        drop(engine);
+        let engine = open(&dir);
+        let p = engine.persistence(None).unwrap();
+        assert_eq!(p[0].persisted.map(|f| f.commit_lsn), Some(0x2000));
+        assert_eq!(p[0].created_lsn, 0x100);
+        assert!(!engine.opened_clean(), "dropped without close");
+    }
+
+    #[test]
+    fn close_is_clean_and_the_marker_is_consumed_by_open() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        engine.close().unwrap();
+        let engine = open(&dir);
+        assert!(engine.opened_clean());
+        drop(engine); // a crash: no close
+        assert!(!open(&dir).opened_clean());
+    }
+
+    #[test]
+    fn truncate_all_keeps_rowids_from_restarting_across_reopen() {
+        let dir = TempDir::new();
+        {
+            let engine = open(&dir);
+            engine.create_cf(T).unwrap();
+            let mut batch = BatchBuilder::new();
+            batch.push(&row_key(41, 0), b"row").unwrap();
+            engine.put_batch(T, batch.as_batch()).unwrap();
+            assert_eq!(engine.truncate_all().unwrap(), 1);
+            assert_eq!(engine.cf_info(T).unwrap().next_rowid, 42);
+        }
+        let engine = open(&dir);
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 42);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 42);
     }
 
     #[test]
