@@ -26,7 +26,8 @@ FAILED=0
 FAILED_STEPS=()
 TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
-TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench")
+TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench" "$TEST_DIR/crash"
+  "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -206,24 +207,49 @@ run_pgbench_invariant() {
 # run_durability_modes PORT: tests/durability_modes.sh once per mode, each
 # on its own fresh cluster.
 run_durability_modes() {
-  local port=$1 mode data log t
-  for mode in pasv naive engine_wal unlogged; do
-    t=$SECONDS data=$TEST_DIR/modes-$mode log=$TEST_DIR/modes-$mode.log
+  local port=$1 variant mode data log t
+  # pasv-replica: wal_level = replica, so no slot can exist.
+  for variant in pasv naive engine_wal unlogged pasv-replica; do
+    mode=${variant%-replica}
+    t=$SECONDS data=$TEST_DIR/modes-$variant log=$TEST_DIR/modes-$variant.log
     init_cluster "$data" "$port"
     echo "pasv.durability = $mode" >>"$data/pasv.conf"
+    if [ "$variant" = pasv-replica ]; then echo "wal_level = replica" >>"$data/pasv.conf"; fi
     start_cluster "$data" "$log"
     wait_ready "$port"
     if as_pasv "$PASV_ROOT/tests/durability_modes.sh" "$PG_BIN" "$PASV_RUN" "$port" "$data" "$log"; then
       PASSED=$((PASSED + 1))
-      say "durability mode $mode: passed ($((SECONDS - t)) s)"
+      say "durability mode $variant: passed ($((SECONDS - t)) s)"
     else
       FAILED=$((FAILED + 1))
       printf -- '---- server log %s (last 40 lines) ----\n' "$log"
       tail -n 40 "$log"
-      say "durability mode $mode: FAILED ($((SECONDS - t)) s)"
+      say "durability mode $variant: FAILED ($((SECONDS - t)) s)"
     fi
     stop_cluster "$data"
   done
+}
+
+# run_crash_ledger PORT: tests/crash_ledger.sh (kill -9 of the engine, a
+# backend and the postmaster under load, 6 cycles, then a crash during
+# replay) on a fresh cluster.
+run_crash_ledger() {
+  local port=$1 data=$TEST_DIR/crash log=$TEST_DIR/crash.log t=$SECONDS
+  init_cluster "$data" "$port"
+  echo "max_connections = 50" >>"$data/pasv.conf"
+  start_cluster "$data" "$log"
+  wait_ready "$port"
+  if as_pasv "$PASV_ROOT/tests/crash_ledger.sh" "$PG_BIN" "$PASV_RUN" "$port" "$data" 6; then
+    PASSED=$((PASSED + 1))
+    say "crash ledger: passed ($((SECONDS - t)) s)"
+  else
+    FAILED=$((FAILED + 1))
+    printf -- '---- server logs %s, %s (last 40 lines each) ----\n' "$log" "$data/crash.log"
+    tail -n 40 "$log"
+    tail -n 40 "$data/crash.log" 2>/dev/null || true
+    say "crash ledger: FAILED ($((SECONDS - t)) s)"
+  fi
+  stop_cluster "$data"
 }
 
 if [ ! -x "$PG_REGRESS" ]; then
@@ -242,5 +268,6 @@ else
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
     run_pgbench_invariant "$TEST_DIR/pgbench" "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
+    run_crash_ledger "$((PASV_TEST_PORT + 5))"
   fi
 fi

@@ -40,10 +40,14 @@ INSERT INTO crash_hot VALUES (-2, 'aborted subtransaction');
 ROLLBACK TO s;
 INSERT INTO crash_cold VALUES (3, 'committed around an aborted subtransaction');
 COMMIT;
--- In flight at the crash: never committed.
+-- In flight at the crash: never committed (and a table it created is an orphan).
 BEGIN;
 INSERT INTO crash_hot VALUES (-3, 'in flight');
 UPDATE crash_cold SET v = 'in flight' WHERE id = 1;
+CREATE TABLE crash_orphan (id int) USING pasv;
+INSERT INTO crash_orphan VALUES (1);
+SELECT pg_relation_filenode('crash_orphan') AS orphan_rel \gset
+SELECT count(*) AS orphan_cf_before FROM pasv.column_families() WHERE relfilenumber = :orphan_rel;
 \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m immediate -w restart > /dev/null 2>&1
 \c
 -- The first touch of a pasv table waits until the database is recovered.
@@ -62,6 +66,8 @@ SELECT relation, skipped_ops, replayed_ops > 0 AS replayed, durability
   FROM pasv.recovery_report WHERE relation IN ('crash_hot'::regclass, 'crash_cold'::regclass)
  ORDER BY relation::text;
 SELECT recovering FROM pasv.database_status WHERE datname = current_database();
+-- The crash left the in-flight CREATE's column family behind: recovery swept it.
+SELECT count(*) AS orphan_cf_after FROM pasv.column_families() WHERE relfilenumber = :orphan_rel;
 -- Recovery flushed what it replayed: a second crash replays nothing of it.
 SELECT count(*) AS unflushed_after_recovery FROM pasv.cf_status
  WHERE relation IN ('crash_hot'::regclass, 'crash_cold'::regclass) AND unflushed;

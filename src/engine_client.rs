@@ -152,16 +152,24 @@ pub fn sync_wal() -> Result<(), CallError> {
 }
 
 /// Tell the engine that transaction `xid` committed (commit record ending at
-/// `commit_lsn`) after writing `rels` of database `db`: it writes their flags.
-pub fn committed(db: u32, xid: u32, commit_lsn: u64, first_lsn: u64, last_lsn: u64, rels: &[u32]) -> Result<(), CallError> {
-    client::call(
-        |out| {
-            let available = out.len();
-            protocol::encode_committed(db, xid, commit_lsn, first_lsn, last_lsn, rels, out)
-                .map_err(|_| ChannelError::RequestTooLarge { needed: 64 + rels.len() * 4, available })
-        },
-        decode_ok("Committed"),
-    )?
+/// `commit_lsn`) after writing `rels` of database `db`: it writes their flags
+/// (and releases the row locks of `xid` if `release_locks`). Not waited
+/// for: a late flag only makes a persistence point lag.
+#[allow(clippy::too_many_arguments)]
+pub fn committed(
+    db: u32,
+    xid: u32,
+    commit_lsn: u64,
+    first_lsn: u64,
+    last_lsn: u64,
+    rels: &[u32],
+    release_locks: bool,
+) -> Result<(), CallError> {
+    Ok(client::post(|out| {
+        let available = out.len();
+        protocol::encode_committed(db, xid, commit_lsn, first_lsn, last_lsn, rels, release_locks, out)
+            .map_err(|_| ChannelError::RequestTooLarge { needed: 64 + rels.len() * 4, available })
+    })?)
 }
 
 /// Where every CF of database `db` (0: all) stands on persistence.
@@ -283,9 +291,13 @@ pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32) -> 
     })
 }
 
-/// Release every row lock of transaction `xid`.
+/// Release every row lock of transaction `xid` (at its end). Not waited
+/// for: a waiter that finds a lock of an ended transaction evicts it.
 pub fn release_locks(xid: u32) -> Result<(), CallError> {
-    raw_call(&Request::ReleaseLocks { xid }, expect_ok("ReleaseLocks"))
+    Ok(client::post(|out| {
+        protocol::encode_request(&Request::ReleaseLocks { xid }, out)
+            .map_err(|_| ChannelError::RequestTooLarge { needed: 16, available: out.len() })
+    })?)
 }
 
 /// Conservative encoded size of one entry (see `pasv_am::protocol`).

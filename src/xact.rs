@@ -47,6 +47,10 @@ pub fn mark_locks_held(xid: u32) {
 /// release is healed by the next locker, which evicts holders that ended.
 fn release_row_locks() {
     let xid = LOCKS_OF.with(|l| l.replace(0));
+    release_row_locks_of(xid);
+}
+
+fn release_row_locks_of(xid: u32) {
     if xid != 0 {
         if let Err(e) = engine_client::release_locks(xid) {
             pgrx::log!("pasv: releasing the row locks of transaction {xid}: {e}");
@@ -144,8 +148,10 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            crate::flushflag::after_commit();
-            release_row_locks();
+            let locks_of = LOCKS_OF.with(|l| l.replace(0));
+            if !crate::flushflag::after_commit(locks_of) {
+                release_row_locks_of(locks_of);
+            }
             finish_levels(0, When::Commit);
             WROTE.with(|w| w.set(false));
         }

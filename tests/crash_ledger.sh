@@ -39,10 +39,13 @@ accounts_expected=$((scale * 100000))
 t_start=$SECONDS
 work=$(mktemp -d "${TMPDIR:-/tmp}/crash_ledger.XXXXXX")
 load_pids=()
+crash_point_armed=0
 
 cleanup() {
   local p
   for p in "${load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Stopped early: leave no crash point behind for the server's next recovery.
+  if [ "$crash_point_armed" = 1 ]; then rm -f "$pgdata/pasv_crash_point"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -439,6 +442,7 @@ for client in 1 2; do
   alive "${ledger_pids[$((client - 1))]}" || { tail -n 5 "$work/ledger_$client.err.$c"; fail "cycle $c: ledger client $client ended before the crash"; }
 done
 ((failures == 0)) || on_failure
+crash_point_armed=1
 echo "replay_after_messages=3" >"$pgdata/pasv_crash_point"
 crash_log=$pgdata/crash.log
 log=$(server_log)
@@ -461,7 +465,6 @@ echo "    server log: 'crash point reached' $reached time(s); recoveries of $dbo
 [ "$done_after" -ge 1 ] || fail "cycle $c: no completed recovery of database $dboid after the crash point"
 if [ -e "$pgdata/pasv_crash_point" ]; then
   fail "cycle $c: $pgdata/pasv_crash_point is still there (no recovery read it)"
-  rm -f "$pgdata/pasv_crash_point"
 fi
 ((failures == 0)) || on_failure
 

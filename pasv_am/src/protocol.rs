@@ -27,7 +27,7 @@
 //! lsn u64 ‖ `count` entries; for `Scan`, `start_len` u16 ‖ `end_len` u16 ‖
 //! per_row u32 ‖ start ‖ end; for `LockRow`, rowid u64 ‖ evict u32 ‖ mode u8
 //! ([`LockMode`]) ‖ 3 zero bytes; for `Committed`, commit_lsn u64 ‖
-//! first_lsn u64 ‖ last_lsn u64 ‖ xid u32 ‖ 4 zero bytes ‖ rels (u32 each)
+//! first_lsn u64 ‖ last_lsn u64 ‖ xid u32 ‖ release_locks u8 ‖ 3 zero bytes ‖ rels (u32 each)
 //! ‖ zero pad to 8.
 //!
 //! A `PutBatch` is logged to the WAL exactly as encoded with lsn 0, before
@@ -242,6 +242,8 @@ pub enum Request<'a> {
     /// Transaction `xid` of database `db` committed, its commit record ending
     /// at `commit_lsn`, after writing the tables `rels`: write their flush
     /// flags. Answered by [`Response::Ok`].
+    /// `release_locks`: also drop every row lock `xid` holds (saves a
+    /// second request at commit).
     Committed {
         db: u32,
         xid: u32,
@@ -249,6 +251,7 @@ pub enum Request<'a> {
         first_lsn: u64,
         last_lsn: u64,
         rels: RelList<'a>,
+        release_locks: bool,
     },
     /// Where every CF of `db` (0: of every database) stands on persistence;
     /// answered by [`Response::Entries`] with keys `db ‖ rel` (u32 big-endian)
@@ -291,11 +294,12 @@ pub fn encode_committed(
     first_lsn: u64,
     last_lsn: u64,
     rels: &[u32],
+    release_locks: bool,
     out: &mut [u8],
 ) -> Result<usize, ProtocolError> {
     let bytes: Vec<u8> = rels.iter().flat_map(|r| r.to_le_bytes()).collect();
     encode_request(
-        &Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels: RelList { bytes: &bytes } },
+        &Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels: RelList { bytes: &bytes }, release_locks },
         out,
     )
 }
@@ -772,8 +776,9 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::CreateCf { created_lsn, .. } | Request::TruncateCf { created_lsn, .. } => {
             body.copy_from_slice(&created_lsn.to_le_bytes());
         }
-        Request::Committed { xid, commit_lsn, first_lsn, last_lsn, rels, .. } => {
+        Request::Committed { xid, commit_lsn, first_lsn, last_lsn, rels, release_locks, .. } => {
             body.fill(0);
+            body[28] = release_locks as u8;
             body[0..8].copy_from_slice(&commit_lsn.to_le_bytes());
             body[8..16].copy_from_slice(&first_lsn.to_le_bytes());
             body[16..24].copy_from_slice(&last_lsn.to_le_bytes());
@@ -846,7 +851,12 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
             let base = REQUEST_HEADER_LEN;
             let rels_len = arg as usize * 4;
             need(buf, base + COMMITTED_FIXED_LEN + rels_len.next_multiple_of(ALIGN))?;
-            check_zero(body, 28..32, base)?;
+            let release_locks = match field::<1>(body, 28, base)?[0] {
+                0 => false,
+                1 => true,
+                _ => return Err(ProtocolError::NotZero { offset: base + 28 }),
+            };
+            check_zero(body, 29..32, base)?;
             check_zero(body, COMMITTED_FIXED_LEN + rels_len..COMMITTED_FIXED_LEN + rels_len.next_multiple_of(ALIGN), base)?;
             Request::Committed {
                 db,
@@ -855,6 +865,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
                 last_lsn: read_u64(body, 16, base)?,
                 xid: read_u32(body, 24, base)?,
                 rels: RelList { bytes: &body[COMMITTED_FIXED_LEN..COMMITTED_FIXED_LEN + rels_len] },
+                release_locks,
             }
         }
         op::PERSISTENCE => Request::Persistence { db },
@@ -1208,6 +1219,15 @@ mod tests {
             Request::DropDatabase { db: 7 },
             Request::TruncateCf { cf: cf(), created_lsn: 0 },
             Request::Persistence { db: 0 },
+            Request::Committed {
+                db: 5,
+                xid: 77,
+                commit_lsn: 0x30,
+                first_lsn: 0x10,
+                last_lsn: 0x20,
+                rels: RelList { bytes: &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0] },
+                release_locks: true,
+            },
             Request::Persistence { db: 5 },
             Request::FlushCf(cf()),
             Request::SyncWal,

@@ -86,7 +86,11 @@ fn execute(
             engine.put_batch_at(cf, lsn, batch)?;
             Response::Ok
         }
-        Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels } => {
+        Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels, release_locks } => {
+            // Locks first: they are released whatever happens to the flags.
+            if release_locks {
+                engine.release_locks(xid);
+            }
             engine.write_flags(db, rels.iter(), xid, commit_lsn, first_lsn, last_lsn)?;
             Response::Ok
         }

@@ -75,17 +75,24 @@ pub fn before_commit() -> Result<(), CallError> {
     }
 }
 
-/// After the commit record (never ERRORs): write the flags.
-pub fn after_commit() {
+/// After the commit record (never ERRORs): write the flags, releasing the
+/// row locks of `locks_xid` (0: none) in the same request when it is this
+/// transaction's. Returns whether the locks were released that way.
+pub fn after_commit(locks_xid: u32) -> bool {
     let touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
     if touched.rels.is_empty() || !guc::durability().writes_flags() {
-        return;
+        return false;
     }
     // SAFETY: plain reads of backend globals, valid in the COMMIT callback.
     let (commit_lsn, xid) = unsafe { (pg_sys::XactLastCommitEnd, u32::from(pg_sys::GetTopTransactionIdIfAny())) };
-    if let Err(e) = engine_client::committed(touched.db, xid, commit_lsn, touched.first_lsn, touched.last_lsn, &touched.rels) {
-        // Only cost: these tables' persistence points lag until their next commit.
-        pgrx::log!("pasv: writing flush flags after commit of transaction {xid}: {e}");
+    let release = locks_xid != 0 && locks_xid == xid;
+    match engine_client::committed(touched.db, xid, commit_lsn, touched.first_lsn, touched.last_lsn, &touched.rels, release) {
+        Ok(()) => release,
+        Err(e) => {
+            // Only cost: these tables' persistence points lag until their next commit.
+            pgrx::log!("pasv: writing flush flags after commit of transaction {xid}: {e}");
+            false
+        }
     }
 }
 

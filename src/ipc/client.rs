@@ -190,6 +190,38 @@ pub fn call<R>(
     Ok(read(answer))
 }
 
+/// Submit a request and do not wait for its answer (fire and forget): for
+/// requests whose outcome the backend does not need, like the flush flags and
+/// row-lock release after a commit. The next `call` or `post` on this slot
+/// first waits for it to be DONE (see the module protocol), so requests from
+/// one backend are still executed in order.
+pub fn post(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<(), ChannelError> {
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let i = my_slot(&chan)?;
+    let slot = chan.slot(i);
+    if !engine_alive(&chan) {
+        return Err(ChannelError::EngineDown);
+    }
+    let state = slot.state.load(Ordering::Acquire);
+    if state != IDLE && state != DONE {
+        wait_done(&chan, i)?;
+    }
+    let buf = chan.buffer_ptr(i);
+    // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+    let len = fill(out)?;
+    slot.request_len.store(len as u32, Ordering::Relaxed);
+    // SAFETY: reading our own pid global.
+    slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
+    slot.state.store(SUBMITTED, Ordering::SeqCst);
+    let h = chan.header();
+    h.doorbell.fetch_add(1, Ordering::SeqCst);
+    if h.sleeping_servers.load(Ordering::SeqCst) > 0 {
+        futex::wake(&h.doorbell, 1);
+    }
+    Ok(())
+}
+
 /// Size of one slot buffer, or None when the channel is not mapped.
 pub fn buffer_bytes() -> Option<usize> {
     channel().map(|c| c.buffer_bytes())

@@ -278,8 +278,9 @@ impl Worker<'_> {
         // and make it durable, so the next recovery starts from here.
         let rels: Vec<u32> = rows.iter().map(|r| r.rel).collect();
         if run.last_commit != 0 && mode == DurabilityMode::Pasv {
-            engine_client::committed(self.db, 0, run.last_commit, 0, 0, &rels).map_err(|e| e.to_string())?;
+            engine_client::committed(self.db, 0, run.last_commit, 0, 0, &rels, false).map_err(|e| e.to_string())?;
         }
+        self.sweep_orphans(&rows)?;
         self.flush_all_cfs()?;
         let seconds = started.elapsed().as_secs_f64();
         let (replayed, skipped) = run.totals();
@@ -293,6 +294,25 @@ impl Worker<'_> {
             end.saturating_sub(restart) >> 20
         );
         write_report(self.db, mode, &rows, &cutoffs, &run, end.saturating_sub(restart), seconds)
+    }
+
+    /// Drop the CFs no table of this database owns any more (DESIGN §6):
+    /// tables whose CREATE was cut off by the crash, or whose DROP committed
+    /// but did not reach the engine. Safe only here, before the database is
+    /// READY: no backend can have created a CF since the crash.
+    fn sweep_orphans(&self, rows: &[PersistenceRow]) -> Step<()> {
+        for row in rows {
+            let query = format!("SELECT count(*) FROM pg_class WHERE relfilenode = {}", row.rel);
+            if self.spi(|| select_one(&query))? == Some(0) {
+                pgrx::log!(
+                    "pasv recovery of database {}: dropping the column family of relfilenumber {}: no table owns it",
+                    self.db,
+                    row.rel
+                );
+                engine_client::drop_cf(CfRef { db: row.db, rel: row.rel }).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
     }
 
     fn spi<T>(&self, f: impl FnOnce() -> Result<T, pgrx::spi::Error>) -> Step<T> {
