@@ -169,6 +169,10 @@ impl Worker<'_> {
             return Err("wal_level is below logical".into());
         }
         self.spi_run(&format!("SELECT pg_create_logical_replication_slot('{}', 'pasv')", self.name))?;
+        // Flush before READY (what committed so far is on disk when the state
+        // says protected) and after (a commit that still saw NONE's
+        // predecessor READY may have slipped in between).
+        self.flush_all_cfs()?;
         self.slot.slot.store(SLOT_READY, Ordering::Release);
         self.flush_all_cfs()?;
         pgrx::log!("pasv: created the replication slot {} for database {}", self.name, self.db);
