@@ -109,6 +109,10 @@ impl Worker<'_> {
             if self.slot.dropping.load(Ordering::Acquire) != 0 {
                 break;
             }
+            if BackgroundWorker::sighup_received() {
+                // SAFETY: main thread of this worker, outside any transaction.
+                unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            }
             if last_maintenance.elapsed() < Duration::from_secs(1) {
                 continue;
             }
