@@ -61,7 +61,10 @@ pub fn before_commit() -> Result<(), CallError> {
         return Ok(());
     }
     match guc::durability() {
-        DurabilityMode::EngineWal => engine_client::sync_wal(),
+        // Like PostgreSQL's own commit record, RocksDB's WAL is synced only
+        // when the commit is synchronous.
+        DurabilityMode::EngineWal if synchronous() => engine_client::sync_wal(),
+        DurabilityMode::EngineWal => Ok(()),
         mode if mode.replays() && !slot_protects(db) => {
             for rel in rels {
                 match engine_client::flush_cf(CfRef { db, rel }) {
@@ -98,6 +101,11 @@ pub fn after_commit(locks_xid: u32) -> bool {
 
 pub fn after_abort() {
     TOUCHED.with(|t| *t.borrow_mut() = Touched::default());
+}
+
+fn synchronous() -> bool {
+    // SAFETY: plain read of a setting.
+    unsafe { pg_sys::synchronous_commit > pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_OFF as i32 }
 }
 
 /// Whether database `db` has a replication slot keeping the WAL its

@@ -48,7 +48,9 @@ pub extern "C-unwind" fn pasv_replay_main(arg: pg_sys::Datum) {
     let Some(slot) = chan.header().db_slot(db) else { return };
     // SAFETY: reading our pid.
     slot.worker_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
-    let worker = Worker { db, slot, name: slot_name(db), last_advance: std::cell::Cell::new(Instant::now()) };
+    let worker = Worker { db, slot, name: slot_name(db), last_advance: std::cell::Cell::new(Instant::now()),
+        last_snapshot_log: std::cell::Cell::new(Instant::now()),
+    };
     worker.run();
     slot.worker_pid.store(0, Ordering::Release);
 }
@@ -58,6 +60,7 @@ struct Worker<'a> {
     slot: &'a DbSlot,
     name: String,
     last_advance: std::cell::Cell<Instant>,
+    last_snapshot_log: std::cell::Cell<Instant>,
 }
 
 /// A failed step of the worker: logged, then retried on a later tick.
@@ -118,9 +121,9 @@ impl Worker<'_> {
             }
             last_maintenance = Instant::now();
             match self.slot_position() {
-                Ok(Some((confirmed, _))) => {
+                Ok(Some((confirmed, restart))) => {
                     self.slot.slot.store(SLOT_READY, Ordering::Release);
-                    if let Err(e) = self.maintain(mode, confirmed) {
+                    if let Err(e) = self.maintain(mode, confirmed, restart) {
                         pgrx::log!("pasv: maintaining the slot of database {}: {e}", self.db);
                     }
                 }
@@ -191,7 +194,16 @@ impl Worker<'_> {
     }
 
     /// Advance the slot to the global DPP; flush laggards past the bound.
-    fn maintain(&self, mode: DurabilityMode, confirmed: u64) -> Step<()> {
+    fn maintain(&self, mode: DurabilityMode, confirmed: u64, restart: u64) -> Step<()> {
+        // The slot's restart_lsn only moves to a restart point decoding found
+        // at a running-transactions record between it and the confirmed
+        // position; PostgreSQL logs one every 15 s at most, and none on an
+        // idle server. When restart_lsn trails by more than a megabyte, log
+        // one now (before `now` is read), so the next advance can use it.
+        if confirmed.saturating_sub(restart) > 1 << 20 && self.last_snapshot_log.get().elapsed() >= Duration::from_secs(2) {
+            self.last_snapshot_log.set(Instant::now());
+            self.spi_run("SELECT pg_log_standby_snapshot()")?;
+        }
         // Read the position first: a CF clean in the report below was clean
         // when every transaction that committed before `now` had written it.
         // SAFETY: plain WAL position read.
