@@ -33,6 +33,8 @@ UPDATE c SET doc = doc || '!' WHERE id = 100;
 INSERT INTO c VALUES (5000, 1, 'new');
 SELECT count(*), count(DISTINCT ctid), right((SELECT doc FROM c WHERE id = 100), 3) AS tail FROM c;
 VACUUM (FULL, FREEZE) c;
-SELECT age(relfrozenxid) <= 1 AS frozen_to_now FROM pg_class WHERE relname = 'c';
+-- Frozen up to the oldest running snapshot (pasv's replay worker may hold
+-- one a few transactions old for a moment).
+SELECT age(relfrozenxid) <= 10 AS frozen_to_now FROM pg_class WHERE relname = 'c';
 SELECT count(*), sum(grp) FROM c;
 DROP TABLE c;

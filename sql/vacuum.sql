@@ -40,7 +40,9 @@ SELECT pasv.table_versions('v'::regclass);
 -- VACUUM FREEZE freezes every version and advances relfrozenxid.
 SELECT age(relfrozenxid) > 0 AS has_age FROM pg_class WHERE relname = 'v';
 VACUUM (FREEZE, VERBOSE, PROCESS_TOAST false) v;
-SELECT age(relfrozenxid) <= 1 AS frozen_to_now FROM pg_class WHERE relname = 'v';
+-- (up to the oldest running snapshot: pasv's replay worker may hold one a few
+-- transactions old for a moment)
+SELECT age(relfrozenxid) <= 10 AS frozen_to_now FROM pg_class WHERE relname = 'v';
 SELECT count(*), sum(id) FROM v;
 UPDATE v SET payload = 'after freeze' WHERE id = 2;
 SELECT payload FROM v WHERE id = 2;
