@@ -20,28 +20,10 @@ declare -A TPS
 for mode in ${PASV_BENCH_MODES:-unlogged engine_wal pasv}; do
   bench_restart_with "pasv.durability = $mode" "synchronous_commit = $sync"
   db=tpcb_$mode
-  bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-  bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv" -c "ALTER DATABASE $db SET default_table_access_method = pasv"
-  PGOPTIONS="-c client_min_messages=error" "$PG_BIN/pgbench" -i -q -s "$scale" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$db" >/dev/null 2>&1
-  bench_psql -d "$db" -c "CHECKPOINT"
-  # pasv mode: let the replay worker create the slot first (until then commits flush).
-  for _ in $(seq 1 100); do
-    state=$(bench_psql -At -d "$db" -c "SELECT coalesce((SELECT slot_state FROM pasv.database_status WHERE datname = current_database()), 'none')")
-    [ "$mode" != pasv ] || [ "$state" = ready ] && break
-    sleep 0.2
-  done
-  lsn0=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
-  out=$("$PG_BIN/pgbench" -n -c "$clients" -j "$clients" -T "$seconds" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$db" 2>&1)
-  lsn1=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
-  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
-  lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
-  n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-  failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
-  wal=$(bench_psql -At -d "$db" -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")
-  TPS[$mode]=$tps
-  awk -v m="$mode" -v tps="$tps" -v lat="$lat" -v n="$n" -v f="$failed" -v wal="$wal" 'BEGIN {
-    printf "%-10s tps %8.1f  latency %6.2f ms  transactions %7d (failed %s)  PostgreSQL WAL %6.0f bytes/transaction\n",
-      m, tps, lat, n, f, wal / n }'
+  bench_tpcb_db "$db" pasv "$scale"
+  case $mode in pasv | naive) bench_wait_slot "$db" ;; esac
+  bench_tpcb_run "$db" "$clients" "$seconds" "$mode"
+  TPS[$mode]=$BENCH_TPS
   bench_psql -c "DROP DATABASE $db" >/dev/null
 done
 [ -n "${TPS[pasv]:-}" ] && [ -n "${TPS[engine_wal]:-}" ] && [ -n "${TPS[unlogged]:-}" ] && awk -v p="${TPS[pasv]}" -v e="${TPS[engine_wal]}" -v u="${TPS[unlogged]}" 'BEGIN {

@@ -23,11 +23,7 @@ for mode in naive pasv; do
   bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
   bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv"
   for t in $(seq 1 "$tables"); do bench_psql -d "$db" -c "CREATE TABLE r$t (id bigint, pad text) USING pasv"; done
-  for _ in $(seq 1 100); do
-    state=$(bench_psql -At -d "$db" -c "SELECT coalesce((SELECT slot_state FROM pasv.database_status WHERE datname = current_database()), 'none')")
-    [ "$state" = ready ] && break
-    sleep 0.2
-  done
+  bench_wait_slot "$db"
   {
     for i in $(seq 1 "$txns"); do
       t=$(( (i - 1) % tables + 1 ))

@@ -14,9 +14,8 @@ bench_restart_with "pasv.durability = pasv" "pasv.max_recovery_lag = '${lag}MB'"
 echo "pgbench TPC-B on pasv tables: scale $scale, $clients clients, $seconds s; pasv.max_recovery_lag = $lag MB"
 for variant in no_cold_table cold_table; do
   db=retention_$variant
-  bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-  bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv" -c "ALTER DATABASE $db SET default_table_access_method = pasv"
-  PGOPTIONS="-c client_min_messages=error" "$PG_BIN/pgbench" -i -q -s "$scale" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$db" >/dev/null 2>&1
+  bench_tpcb_db "$db" pasv "$scale"
+  bench_wait_slot "$db"
   bench_psql -d "$db" -c "SELECT pasv.flush()" >/dev/null
   if [ "$variant" = cold_table ]; then
     bench_psql -d "$db" -c "CREATE TABLE cold (id int, v text)" -c "INSERT INTO cold VALUES (1, 'written once')"

@@ -103,19 +103,25 @@ pub(crate) fn wait_engine_ready(chan: &Channel) -> Result<(), ChannelError> {
             pgrx::log!("pasv: waiting for the pasv engine to start");
             logged = true;
         }
-        // SAFETY: plain latch wait on this process's latch; WL_EXIT_ON_PM_DEATH
-        // ends the process if the postmaster dies.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                10,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
-        pgrx::check_for_interrupts!();
+        nap(10);
     }
+}
+
+/// Sleep on this process's latch for up to `ms`, then serve interrupts
+/// (query cancel, terminate). Ends the process if the postmaster died.
+pub(crate) fn nap(ms: i64) {
+    // SAFETY: plain latch wait on this process's latch; WL_EXIT_ON_PM_DEATH
+    // ends the process if the postmaster dies.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            ms,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pgrx::check_for_interrupts!();
 }
 
 /// Wait until slot `i` is DONE.
@@ -159,34 +165,13 @@ pub fn call<R>(
 ) -> Result<R, ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let i = my_slot(&chan)?;
-    let slot = chan.slot(i);
     wait_engine_ready(&chan)?;
-
-    // A request abandoned by an earlier cancel may still be in flight.
-    let state = slot.state.load(Ordering::Acquire);
-    if state != IDLE && state != DONE {
-        wait_done(&chan, i)?;
-    }
-
-    let buf = chan.buffer_ptr(i);
-    // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
-    let len = fill(out)?;
-    slot.request_len.store(len as u32, Ordering::Relaxed);
-    // SAFETY: reading our own pid global.
-    slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
-    // Release: the request bytes become visible to the engine's Acquire CAS.
-    slot.state.store(SUBMITTED, Ordering::SeqCst);
-    let h = chan.header();
-    h.doorbell.fetch_add(1, Ordering::SeqCst);
-    if h.sleeping_servers.load(Ordering::SeqCst) > 0 {
-        futex::wake(&h.doorbell, 1);
-    }
-
+    submit(&chan, i, fill)?;
     wait_done(&chan, i)?;
+    let slot = chan.slot(i);
     let n = (slot.response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
     // SAFETY: DONE: the engine is finished with the buffer (Acquire above).
-    let answer = unsafe { std::slice::from_raw_parts(buf, n) };
+    let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) };
     Ok(read(answer))
 }
 
@@ -194,25 +179,38 @@ pub fn call<R>(
 /// requests whose outcome the backend does not need, like the flush flags and
 /// row-lock release after a commit. The next `call` or `post` on this slot
 /// first waits for it to be DONE (see the module protocol), so requests from
-/// one backend are still executed in order.
+/// one backend are still executed in order. Never waits for an engine that is
+/// not running (it is used in commit callbacks, which must not block on a
+/// dead postmaster).
 pub fn post(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<(), ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let i = my_slot(&chan)?;
-    let slot = chan.slot(i);
     if !engine_alive(&chan) {
         return Err(ChannelError::EngineDown);
     }
+    submit(&chan, i, fill)
+}
+
+/// Write a request into slot `i` (after any earlier request on it is DONE)
+/// and hand it to the engine.
+fn submit(
+    chan: &Channel,
+    i: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
+) -> Result<(), ChannelError> {
+    let slot = chan.slot(i);
+    // A request abandoned by an earlier cancel, or posted, may still be in flight.
     let state = slot.state.load(Ordering::Acquire);
     if state != IDLE && state != DONE {
-        wait_done(&chan, i)?;
+        wait_done(chan, i)?;
     }
-    let buf = chan.buffer_ptr(i);
     // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+    let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_bytes()) };
     let len = fill(out)?;
     slot.request_len.store(len as u32, Ordering::Relaxed);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
+    // Release: the request bytes become visible to the engine's Acquire CAS.
     slot.state.store(SUBMITTED, Ordering::SeqCst);
     let h = chan.header();
     h.doorbell.fetch_add(1, Ordering::SeqCst);

@@ -63,17 +63,7 @@ pub fn wait_for_recovery() {
             pgrx::log!("pasv: waiting for the pasv recovery of database {db} to finish before touching pasv tables");
             logged = true;
         }
-        // SAFETY: plain latch wait on this process's latch.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                20,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
-        pgrx::check_for_interrupts!();
+        client::nap(20);
     }
 }
 

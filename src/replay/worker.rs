@@ -450,8 +450,7 @@ pub fn stop_worker_for_drop(db: u32) {
         && crate::ipc::futex::process_alive(pid)
         && Instant::now() < deadline
     {
-        std::thread::sleep(Duration::from_millis(10));
-        pgrx::check_for_interrupts!();
+        client::nap(10);
     }
 }
 
