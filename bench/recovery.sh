@@ -6,16 +6,19 @@
 # recovered. Prints, per mode: unflushed memtable bytes at the crash, WAL
 # decoded, operations replayed and skipped, recovery seconds (the replay
 # worker's own figure and the wall time until a query got through).
-# Usage: bench/recovery.sh [WRITE_MB TABLES]   (default 600 4)
+# SETTLE seconds pass between the end of the load and the crash, so the
+# slot's maintenance (once a second) has caught up as it does under a steady
+# load (naive's slot moves only at full flushes, so this changes nothing there).
+# Usage: bench/recovery.sh [WRITE_MB TABLES SETTLE]   (default 600 4 10)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-write_mb=${1:-600} tables=${2:-4}
+write_mb=${1:-600} tables=${2:-4} settle=${3:-10}
 bench_start
 machine_line
 # Rows of ~200 bytes; 10 000 rows (~2 MB) per transaction.
 rows_per_txn=10000
 txns=$((write_mb * 1024 * 1024 / (rows_per_txn * 200)))
-echo "workload: $txns transactions of $rows_per_txn rows (~200 B) over $tables tables (~$write_mb MB), memtable budget 128 MB, max_recovery_lag 4 GB"
+echo "workload: $txns transactions of $rows_per_txn rows (~200 B) over $tables tables (~$write_mb MB), memtable budget 128 MB, max_recovery_lag 4 GB; crash $settle s after the load"
 declare -A SECS
 for mode in naive pasv; do
   bench_restart_with "pasv.durability = $mode" "pasv.memtable_budget = '128MB'" "pasv.max_recovery_lag = '4GB'"
@@ -30,6 +33,7 @@ for mode in naive pasv; do
       echo "INSERT INTO r$t SELECT g, repeat('x', 180) FROM generate_series($(( (i - 1) * rows_per_txn )), $(( i * rows_per_txn - 1 ))) g;"
     done
   } | bench_psql -d "$db" >/dev/null
+  sleep "$settle"
   read -r unflushed dirty < <(bench_psql -At -F ' ' -d "$db" -c "SELECT sum(memtable_bytes), count(*) FILTER (WHERE unflushed) FROM pasv.cf_status WHERE database_oid = (SELECT oid FROM pg_database WHERE datname = current_database())")
   retained=$(bench_psql -At -d "$db" -c "SELECT retained_wal_bytes FROM pasv.database_status WHERE datname = current_database()")
   t0=$(date +%s.%N)

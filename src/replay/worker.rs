@@ -50,6 +50,8 @@ pub extern "C-unwind" fn pasv_replay_main(arg: pg_sys::Datum) {
     slot.worker_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
     let worker = Worker { db, slot, name: slot_name(db), last_advance: std::cell::Cell::new(Instant::now()),
         last_snapshot_log: std::cell::Cell::new(Instant::now()),
+        last_snapshot_lsn: std::cell::Cell::new(0),
+        last_catch_up: std::cell::Cell::new(Instant::now()),
     };
     worker.run();
     slot.worker_pid.store(0, Ordering::Release);
@@ -61,6 +63,8 @@ struct Worker<'a> {
     name: String,
     last_advance: std::cell::Cell<Instant>,
     last_snapshot_log: std::cell::Cell<Instant>,
+    last_snapshot_lsn: std::cell::Cell<u64>,
+    last_catch_up: std::cell::Cell<Instant>,
 }
 
 /// A failed step of the worker: logged, then retried on a later tick.
@@ -195,13 +199,19 @@ impl Worker<'_> {
 
     /// Advance the slot to the global DPP; flush laggards past the bound.
     fn maintain(&self, mode: DurabilityMode, confirmed: u64, restart: u64) -> Step<()> {
-        // The slot's restart_lsn only moves to a restart point decoding found
-        // at a running-transactions record between it and the confirmed
-        // position; PostgreSQL logs one every 15 s at most, and none on an
-        // idle server. When restart_lsn trails by more than a megabyte, log
-        // one now (before `now` is read), so the next advance can use it.
-        if confirmed.saturating_sub(restart) > 1 << 20 && self.last_snapshot_log.get().elapsed() >= Duration::from_secs(2) {
+        // The slot's restart_lsn moves only to restart points that decoding
+        // finds at running-transactions records between restart_lsn and the
+        // target, and decoding that starts amid running transactions needs a
+        // few such records to become consistent. PostgreSQL logs one every
+        // 15 s at most; pasv logs one every 2 s while WAL flows, so
+        // restart_lsn follows the target closely.
+        // SAFETY: plain WAL position read.
+        let before = unsafe { pg_sys::GetXLogInsertRecPtr() };
+        if before >= self.last_snapshot_lsn.get().saturating_add(1 << 20)
+            && self.last_snapshot_log.get().elapsed() >= Duration::from_secs(2)
+        {
             self.last_snapshot_log.set(Instant::now());
+            self.last_snapshot_lsn.set(before);
             self.spi_run("SELECT pg_log_standby_snapshot()")?;
         }
         // Read the position first: a CF clean in the report below was clean
@@ -242,6 +252,20 @@ impl Worker<'_> {
                 fmt_lsn(target)
             ))?;
             self.slot.slot_lsn.store(target, Ordering::Release);
+        }
+        // An advance moves restart_lsn to at most the first restart point
+        // past the old confirmed position; advancing again to where the slot
+        // already is accepts the newest restart point before it. Decodes from
+        // restart_lsn, so only when it trails by more than a megabyte, and at
+        // most every 5 s.
+        let confirmed_now = if due { target } else { confirmed };
+        if confirmed_now.saturating_sub(restart) > 1 << 20 && self.last_catch_up.get().elapsed() >= Duration::from_secs(5) {
+            self.last_catch_up.set(Instant::now());
+            self.spi_run(&format!(
+                "SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)",
+                self.name,
+                fmt_lsn(confirmed_now)
+            ))?;
         }
         Ok(())
     }
