@@ -215,8 +215,8 @@ struct TableEntry {
     /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
     /// (shared with the flush listener).
     max_lsn: Arc<AtomicU64>,
-    /// Commit LSN of the newest flag written (it may not be persisted yet).
-    flag_lsn: Mutex<u64>,
+    /// The newest flag and whether it still waits to be written.
+    flag: Mutex<FlagState>,
     /// WAL insert position when the CF was created: replay never applies a
     /// transaction that committed before it (a reused relfilenumber's past).
     created_lsn: u64,
@@ -229,10 +229,27 @@ impl TableEntry {
             name: cf.name(),
             next_rowid: AtomicU64::new(next_rowid),
             max_lsn: Arc::new(AtomicU64::new(0)),
-            flag_lsn: Mutex::new(0),
+            flag: Mutex::new(FlagState::default()),
             created_lsn,
         }
     }
+}
+
+/// Minimum time between two flag writes into one CF. A commit inside it
+/// leaves its flag pending: written by the CF's next commit after the
+/// interval, before any explicit flush, and when the replay worker asks for
+/// the persistence report (once a second). A flag written late is still
+/// correct: it only makes the CF's persistence point lag (DESIGN §5:
+/// "fewer is cheaper and still correct").
+const FLAG_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// One CF's flush-flag bookkeeping.
+#[derive(Debug, Default)]
+struct FlagState {
+    /// Commit LSN of the newest flag (written or pending).
+    newest: u64,
+    pending: Option<FlushFlag>,
+    last_write: Option<std::time::Instant>,
 }
 
 /// Where one CF stands on persistence (answer to `persistence`).
@@ -376,7 +393,7 @@ impl Engine {
                 .map_or(0, u64::from_le_bytes);
             let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
             if let Some(flag) = read_flag(&db, &name, true)? {
-                *entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner) = flag.commit_lsn;
+                entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
             }
             lsn_book.register(cf, Arc::clone(&entry.max_lsn));
             tables.insert(key, entry);
@@ -700,6 +717,7 @@ impl Engine {
 
     /// Flushes every CF's memtables to SST files and waits for it.
     pub fn flush_all(&self) -> Result<(), EngineError> {
+        self.write_pending_flags(None)?;
         let mut names: Vec<String> = self
             .tables()
             .values()
@@ -776,9 +794,11 @@ impl Engine {
     // --- flush flags and persistence points (DESIGN §5) ---------------------
 
     /// Writes a flush flag for transaction `xid` (commit record ending at
-    /// `commit_lsn`) into each of `rels` of database `db` that exists. A CF
-    /// whose newest flag is already later is left alone (flags only move
-    /// forward; the later flag covers this commit too).
+    /// `commit_lsn`) into each of `rels` of database `db` that exists, or
+    /// leaves it pending if the CF got a flag less than [`FLAG_INTERVAL`] ago.
+    /// A CF whose newest flag is already later is left alone (flags only move
+    /// forward; the later flag covers this commit too). Returns how many
+    /// flags were written now.
     pub fn write_flags(
         &self,
         db: u32,
@@ -794,26 +814,56 @@ impl Engine {
             let Some(entry) = self.lookup(cf) else {
                 continue; // dropped since: nothing to describe
             };
-            let mut newest = entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner);
-            if *newest >= commit_lsn {
+            let mut state = entry.flag.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.newest >= commit_lsn {
                 continue;
             }
-            let Ok(handle) = self.handle(cf, &entry) else {
-                continue;
-            };
-            let flag = FlushFlag { cf: entry.cf, commit_lsn, first_lsn, last_lsn, xid };
-            entry.max_lsn.fetch_max(commit_lsn, Ordering::SeqCst);
-            self.db
-                .put_cf_opt(&handle, FLAG_KEY, flag.encode(), &self.write_options)
-                .map_err(rocks_with(|| format!("write the flush flag of {}", entry.name)))?;
-            *newest = commit_lsn;
-            written += 1;
+            state.newest = commit_lsn;
+            state.pending = Some(FlushFlag { cf: entry.cf, commit_lsn, first_lsn, last_lsn, xid });
+            if state.last_write.is_none_or(|t| t.elapsed() >= FLAG_INTERVAL) {
+                written += self.write_pending_flag(cf, &entry, &mut state)?;
+            }
         }
         Ok(written)
     }
 
+    /// Writes `entry`'s pending flag, if any; returns 1 if it did. The
+    /// caller holds the entry's flag lock (flags of one CF are written in
+    /// order).
+    fn write_pending_flag(&self, cf: CfRef, entry: &TableEntry, state: &mut FlagState) -> Result<usize, EngineError> {
+        let Some(flag) = state.pending.take() else {
+            return Ok(0);
+        };
+        let Ok(handle) = self.handle(cf, entry) else {
+            return Ok(0); // dropped meanwhile
+        };
+        // Before the write: a flush that sees the flag also sees its LSN.
+        entry.max_lsn.fetch_max(flag.commit_lsn, Ordering::SeqCst);
+        self.db
+            .put_cf_opt(&handle, FLAG_KEY, flag.encode(), &self.write_options)
+            .map_err(rocks_with(|| format!("write the flush flag of {}", entry.name)))?;
+        state.last_write = Some(std::time::Instant::now());
+        Ok(1)
+    }
+
+    /// Writes every pending flag of database `db` (all: `None`).
+    fn write_pending_flags(&self, db: Option<u32>) -> Result<(), EngineError> {
+        let entries: Vec<(CfRef, Arc<TableEntry>)> = self
+            .tables()
+            .iter()
+            .filter(|(key, _)| db.is_none_or(|d| key.db == d))
+            .map(|(key, entry)| (*key, Arc::clone(entry)))
+            .collect();
+        for (cf, entry) in entries {
+            let mut state = entry.flag.lock().unwrap_or_else(PoisonError::into_inner);
+            self.write_pending_flag(cf, &entry, &mut state)?;
+        }
+        Ok(())
+    }
+
     /// Where every CF of database `db` (every database: `None`) stands.
     pub fn persistence(&self, db: Option<u32>) -> Result<Vec<CfPersistence>, EngineError> {
+        self.write_pending_flags(db)?;
         let mut entries: Vec<(CfRef, Arc<TableEntry>)> = self
             .tables()
             .iter()
@@ -839,7 +889,7 @@ impl Engine {
             out.push(CfPersistence {
                 cf: entry.cf,
                 persisted: read_flag(&self.db, &entry.name, true)?,
-                latest_flag_lsn: *entry.flag_lsn.lock().unwrap_or_else(PoisonError::into_inner),
+                latest_flag_lsn: entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest,
                 dirty: unflushed > 0,
                 memtable_bytes: property(properties::CUR_SIZE_ALL_MEM_TABLES)?,
                 sst_bytes: property(properties::TOTAL_SST_FILES_SIZE)?,
@@ -853,6 +903,10 @@ impl Engine {
     /// Flushes one table's memtables and waits (bounded recovery).
     pub fn flush_cf(&self, cf: CfRef) -> Result<(), EngineError> {
         let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        {
+            let mut state = entry.flag.lock().unwrap_or_else(PoisonError::into_inner);
+            self.write_pending_flag(cf, &entry, &mut state)?;
+        }
         let handle = self.handle(cf, &entry)?;
         match self.db.flush_cf_opt(&handle, &FlushOptions::default()) {
             Err(e) if e.kind() == ErrorKind::ColumnFamilyDropped => Ok(()),
@@ -883,6 +937,11 @@ impl Engine {
         let mut cfs: Vec<TableCf> = self.tables().values().map(|entry| entry.cf).collect();
         cfs.sort();
         cfs
+    }
+
+    #[cfg(test)]
+    fn table_entry_name(&self, cf: CfRef) -> String {
+        self.lookup(cf).expect("table exists").name.clone()
     }
 
     /// The current incarnation of one table.
@@ -1538,6 +1597,34 @@ mod tests {
         assert_eq!(p[0].persisted.map(|f| f.commit_lsn), Some(0x2000));
         assert_eq!(p[0].created_lsn, 0x100);
         assert!(!engine.opened_clean(), "dropped without close");
+    }
+
+    #[test]
+    fn flags_within_the_interval_stay_pending_until_a_flush_or_report() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, [1]);
+        assert_eq!(engine.write_flags(T.db, [T.rel].into_iter(), 1, 0x100, 0, 0).unwrap(), 1);
+        // Right after: pending (unless this thread was descheduled past the interval).
+        let second = engine.write_flags(T.db, [T.rel].into_iter(), 2, 0x200, 0, 0).unwrap();
+        assert!(second <= 1);
+        let read_newest = |e: &Engine| read_flag(&e.db, &e.table_entry_name(T), false).unwrap().map(|f| f.commit_lsn);
+        if second == 0 {
+            assert_eq!(read_newest(&engine), Some(0x100), "the second flag waits");
+        }
+        // An explicit flush writes it first, so the flush persists it.
+        engine.flush_cf(T).unwrap();
+        let p = engine.persistence(Some(T.db)).unwrap();
+        assert_eq!(p[0].persisted.map(|f| (f.commit_lsn, f.xid)), Some((0x200, 2)));
+        // The report writes pending flags too.
+        put_rows(&engine, T, [2]);
+        std::thread::sleep(FLAG_INTERVAL);
+        engine.write_flags(T.db, [T.rel].into_iter(), 3, 0x300, 0, 0).unwrap();
+        engine.write_flags(T.db, [T.rel].into_iter(), 4, 0x400, 0, 0).unwrap();
+        let p = engine.persistence(Some(T.db)).unwrap();
+        assert_eq!(p[0].latest_flag_lsn, 0x400);
+        assert_eq!(read_newest(&engine), Some(0x400));
     }
 
     #[test]
