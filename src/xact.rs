@@ -77,6 +77,12 @@ pub unsafe fn register() {
 }
 
 fn run(action: Action, when: When) {
+    if !matches!(action, Action::ResumeDatabase(_)) && !crate::ipc::client::engine_up_now() {
+        // Never wait here (see engine_up_now): the CF stays an orphan until
+        // the sweep after the next recovery.
+        pgrx::log!("pasv: {action:?} at {when:?} skipped: the pasv engine is not running");
+        return;
+    }
     let (result, doing) = match action {
         Action::DropCf(cf) => (engine_client::drop_cf(cf), format!("dropping column family {cf}")),
         Action::DropDatabase(db) => {

@@ -73,6 +73,13 @@ fn my_slot(chan: &Channel) -> Result<usize, ChannelError> {
     Ok(procno as usize)
 }
 
+/// The engine is up right now (no waiting): for commit and abort
+/// callbacks, which must not wait for an engine that may never come back
+/// (a dead postmaster ends the process, and exiting there PANICs).
+pub fn engine_up_now() -> bool {
+    channel().is_some_and(|chan| engine_alive(&chan))
+}
+
 fn engine_alive(chan: &Channel) -> bool {
     let h = chan.header();
     h.engine_state.load(Ordering::Acquire) == ENGINE_READY
