@@ -180,76 +180,63 @@ run_regress() {
   say "pg_regress ($name): $p passed, $f failed ($((SECONDS - t)) s)"
 }
 
-# run_pgbench_invariant DATADIR PORT: tests/pgbench_invariant.sh on a fresh
-# cluster (pgbench -i -s 10, then 8 clients for PASV_PGBENCH_SECONDS, 60 by default).
-run_pgbench_invariant() {
-  local data=$1 port=$2 log=$TEST_DIR/pgbench.log t=$SECONDS
+# run_on_fresh_cluster LABEL DATADIR PORT SETTINGS COMMAND...: a fresh
+# cluster with SETTINGS (newline-separated) added to pasv.conf, COMMAND run
+# as the server's OS user and counted as one test; on failure the end of the
+# server log (and of DATADIR/crash.log, where the crash ledger restarts the
+# server) is printed.
+run_on_fresh_cluster() {
+  local label=$1 data=$2 port=$3 settings=$4 log f t=$SECONDS
+  shift 4
+  log=$data.log
   init_cluster "$data" "$port"
-  {
-    echo "max_connections = 50"
-    echo "autovacuum_naptime = 10"   # let autovacuum visit the tables during the run
-  } >>"$data/pasv.conf"
+  if [ -n "$settings" ]; then printf '%s\n' "$settings" >>"$data/pasv.conf"; fi
   start_cluster "$data" "$log"
   wait_ready "$port"
-  say "pgbench invariant on port $port (scale 10, 8 clients, ${PASV_PGBENCH_SECONDS:-60} s)"
-  if as_pasv "$PASV_ROOT/tests/pgbench_invariant.sh" "$PG_BIN" "$PASV_RUN" "$port" 10 8 "${PASV_PGBENCH_SECONDS:-60}"; then
+  if as_pasv "$@"; then
     PASSED=$((PASSED + 1))
-    say "pgbench invariant: passed ($((SECONDS - t)) s)"
+    say "$label: passed ($((SECONDS - t)) s)"
   else
     FAILED=$((FAILED + 1))
-    printf -- '---- server log %s (last 60 lines) ----\n' "$log"
-    tail -n 60 "$log"
-    say "pgbench invariant: FAILED ($((SECONDS - t)) s)"
+    for f in "$log" "$data/crash.log"; do
+      if [ -f "$f" ]; then
+        printf -- '---- server log %s (last 60 lines) ----\n' "$f"
+        tail -n 60 "$f"
+      fi
+    done
+    say "$label: FAILED ($((SECONDS - t)) s)"
   fi
   stop_cluster "$data"
 }
 
-# run_durability_modes PORT: tests/durability_modes.sh once per mode, each
-# on its own fresh cluster.
+# tests/pgbench_invariant.sh: pgbench -i -s 10, then 8 clients for
+# PASV_PGBENCH_SECONDS (60 by default); autovacuum visits the tables meanwhile.
+run_pgbench_invariant() {
+  local port=$1 seconds=${PASV_PGBENCH_SECONDS:-60}
+  say "pgbench invariant on port $port (scale 10, 8 clients, $seconds s)"
+  run_on_fresh_cluster "pgbench invariant" "$TEST_DIR/pgbench" "$port" \
+    "max_connections = 50"$'\n'"autovacuum_naptime = 10" \
+    "$PASV_ROOT/tests/pgbench_invariant.sh" "$PG_BIN" "$PASV_RUN" "$port" 10 8 "$seconds"
+}
+
+# tests/durability_modes.sh once per mode, each on its own cluster;
+# pasv-replica is pasv with wal_level = replica, so no slot can exist.
 run_durability_modes() {
-  local port=$1 variant mode data log t
-  # pasv-replica: wal_level = replica, so no slot can exist.
+  local port=$1 variant settings
   for variant in pasv naive engine_wal unlogged pasv-replica; do
-    mode=${variant%-replica}
-    t=$SECONDS data=$TEST_DIR/modes-$variant log=$TEST_DIR/modes-$variant.log
-    init_cluster "$data" "$port"
-    echo "pasv.durability = $mode" >>"$data/pasv.conf"
-    if [ "$variant" = pasv-replica ]; then echo "wal_level = replica" >>"$data/pasv.conf"; fi
-    start_cluster "$data" "$log"
-    wait_ready "$port"
-    if as_pasv "$PASV_ROOT/tests/durability_modes.sh" "$PG_BIN" "$PASV_RUN" "$port" "$data" "$log"; then
-      PASSED=$((PASSED + 1))
-      say "durability mode $variant: passed ($((SECONDS - t)) s)"
-    else
-      FAILED=$((FAILED + 1))
-      printf -- '---- server log %s (last 40 lines) ----\n' "$log"
-      tail -n 40 "$log"
-      say "durability mode $variant: FAILED ($((SECONDS - t)) s)"
-    fi
-    stop_cluster "$data"
+    settings="pasv.durability = ${variant%-replica}"
+    if [ "$variant" = pasv-replica ]; then settings+=$'\n'"wal_level = replica"; fi
+    run_on_fresh_cluster "durability mode $variant" "$TEST_DIR/modes-$variant" "$port" "$settings" \
+      "$PASV_ROOT/tests/durability_modes.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/modes-$variant" "$TEST_DIR/modes-$variant.log"
   done
 }
 
-# run_crash_ledger PORT: tests/crash_ledger.sh (kill -9 of the engine, a
-# backend and the postmaster under load, 6 cycles, then a crash during
-# replay) on a fresh cluster.
+# tests/crash_ledger.sh: kill -9 of the engine, a backend and the postmaster
+# under load (6 cycles), then a crash during replay.
 run_crash_ledger() {
-  local port=$1 data=$TEST_DIR/crash log=$TEST_DIR/crash.log t=$SECONDS
-  init_cluster "$data" "$port"
-  echo "max_connections = 50" >>"$data/pasv.conf"
-  start_cluster "$data" "$log"
-  wait_ready "$port"
-  if as_pasv "$PASV_ROOT/tests/crash_ledger.sh" "$PG_BIN" "$PASV_RUN" "$port" "$data" 6; then
-    PASSED=$((PASSED + 1))
-    say "crash ledger: passed ($((SECONDS - t)) s)"
-  else
-    FAILED=$((FAILED + 1))
-    printf -- '---- server logs %s, %s (last 40 lines each) ----\n' "$log" "$data/crash.log"
-    tail -n 40 "$log"
-    tail -n 40 "$data/crash.log" 2>/dev/null || true
-    say "crash ledger: FAILED ($((SECONDS - t)) s)"
-  fi
-  stop_cluster "$data"
+  local port=$1
+  run_on_fresh_cluster "crash ledger" "$TEST_DIR/crash" "$port" "max_connections = 50" \
+    "$PASV_ROOT/tests/crash_ledger.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/crash" 6
 }
 
 if [ ! -x "$PG_REGRESS" ]; then
@@ -266,7 +253,7 @@ else
     run_regress preload "$TEST_DIR/data" "$PASV_TEST_PORT" "$PASV_ROOT/sql/schedule"
     run_regress nopreload "$TEST_DIR/nopreload" "$((PASV_TEST_PORT + 1))" "$PASV_ROOT/sql/schedule_nopreload" --no-preload
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
-    run_pgbench_invariant "$TEST_DIR/pgbench" "$((PASV_TEST_PORT + 3))"
+    run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
     run_crash_ledger "$((PASV_TEST_PORT + 5))"
   fi

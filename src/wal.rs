@@ -3,9 +3,8 @@
 //! with prefix `pasv`, carrying the exact keys and values — the encoded
 //! `PutBatch` request itself (an empty value deletes a key). Messages of
 //! aborted (sub)transactions are dropped by logical decoding; replaying the
-//! committed ones in commit order rebuilds what a crash lost. The replay
-//! itself (flush flags, partial recovery) is the durability work still to
-//! come; the messages are written now, so the WAL already carries it all.
+//! committed ones in commit order rebuilds what a crash lost (`replay/`).
+//! Not in `unlogged` mode, which logs nothing.
 
 use pgrx::pg_sys;
 use std::ffi::{c_char, CStr};

@@ -16,7 +16,8 @@
 
 use std::fmt;
 
-/// The engine's own CF: the incarnation counter (later also per-CF state).
+/// The engine's own CF: the incarnation counter, each table CF's creation
+/// LSN and the clean-close marker.
 pub const META_CF: &str = "meta";
 
 /// Kind letter of table CF names.

@@ -762,11 +762,6 @@ impl Engine {
         self.durability
     }
 
-    /// Highest LSN any flush has waited for the WAL to reach.
-    pub fn wal_flushed_for_flushes(&self) -> u64 {
-        self.lsn_book.flushed_for.load(Ordering::Relaxed)
-    }
-
     /// Empties every table (the `unlogged` mode after a crash: like
     /// PostgreSQL's unlogged tables, their contents are gone). Unlike
     /// TRUNCATE, rowids do not restart: PostgreSQL indexes on the tables

@@ -39,13 +39,11 @@ impl WalDurability for NoWal {
 pub(crate) struct LsnBook {
     pub(crate) by_cf: RwLock<HashMap<CfRef, (u64, Arc<AtomicU64>)>>,
     pub(crate) wal: Arc<dyn WalDurability>,
-    /// Highest LSN any flush waited for (diagnostics).
-    pub(crate) flushed_for: AtomicU64,
 }
 
 impl LsnBook {
     pub(crate) fn new(wal: Arc<dyn WalDurability>) -> LsnBook {
-        LsnBook { by_cf: RwLock::new(HashMap::new()), wal, flushed_for: AtomicU64::new(0) }
+        LsnBook { by_cf: RwLock::new(HashMap::new()), wal }
     }
 
     pub(crate) fn register(&self, cf: TableCf, max_lsn: Arc<AtomicU64>) {
@@ -76,7 +74,6 @@ impl LsnBook {
         };
         if lsn != 0 {
             self.wal.ensure_durable(lsn);
-            self.flushed_for.fetch_max(lsn, Ordering::Relaxed);
         }
     }
 }

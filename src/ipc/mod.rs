@@ -75,8 +75,6 @@ pub struct DbSlot {
     pub dropping: AtomicU32,
     /// The global DPP last computed by the worker (0: none yet).
     pub global_dpp: AtomicU64,
-    /// Where the worker last advanced the slot to.
-    pub slot_lsn: AtomicU64,
 }
 
 /// Engine states as seen by backends.
@@ -131,7 +129,6 @@ impl ChannelHeader {
             slot.dropping.store(0, Ordering::Release);
             slot.worker_pid.store(0, Ordering::Release);
             slot.global_dpp.store(0, Ordering::Release);
-            slot.slot_lsn.store(0, Ordering::Release);
             // Release: the fields above are visible to whoever finds `db`.
             slot.db.store(db, Ordering::Release);
             Some(slot)

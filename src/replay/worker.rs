@@ -246,12 +246,7 @@ impl Worker<'_> {
             || (target > confirmed && self.last_advance.get().elapsed() >= Duration::from_secs(10));
         if due {
             self.last_advance.set(Instant::now());
-            self.spi_run(&format!(
-                "SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)",
-                self.name,
-                fmt_lsn(target)
-            ))?;
-            self.slot.slot_lsn.store(target, Ordering::Release);
+            self.advance_slot(target)?;
         }
         // An advance moves restart_lsn to at most the first restart point
         // past the old confirmed position; advancing again to where the slot
@@ -261,13 +256,14 @@ impl Worker<'_> {
         let confirmed_now = if due { target } else { confirmed };
         if confirmed_now.saturating_sub(restart) > 1 << 20 && self.last_catch_up.get().elapsed() >= Duration::from_secs(5) {
             self.last_catch_up.set(Instant::now());
-            self.spi_run(&format!(
-                "SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)",
-                self.name,
-                fmt_lsn(confirmed_now)
-            ))?;
+            self.advance_slot(confirmed_now)?;
         }
         Ok(())
+    }
+
+    /// Fast-forward the slot to `lsn` (PostgreSQL decodes from its restart_lsn).
+    fn advance_slot(&self, lsn: u64) -> Step<()> {
+        self.spi_run(&format!("SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)", self.name, fmt_lsn(lsn)))
     }
 
     /// Flush the dirty CFs whose DPP is more than half the bound behind.
@@ -480,9 +476,9 @@ pub fn stop_worker_for_drop(db: u32) {
 
 /// DROP DATABASE failed: let the engine start the worker again.
 pub fn resume_after_failed_drop(db: u32) {
-    if let Some(slot) = client::channel().and_then(|c| c.header().db_slot(db).map(|s| s as *const DbSlot)) {
-        // SAFETY: the slot lives in shared memory for the postmaster's life.
-        unsafe { (*slot).dropping.store(0, Ordering::Release) };
+    let Some(chan) = client::channel() else { return };
+    if let Some(slot) = chan.header().db_slot(db) {
+        slot.dropping.store(0, Ordering::Release);
     }
 }
 
