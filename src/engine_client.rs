@@ -8,6 +8,18 @@
 //! at `finish_bulk_insert`. Tables with indexes are written through at once:
 //! another backend's unique check may fetch the row by TID through the index
 //! at any moment, so the row must already be in the engine.
+//!
+//! Owed logs (DESIGN §4: a write is logged under the xid whose fate decides
+//! it). Buffered rows of a (sub)transaction may be sent by the first engine
+//! call inside a subtransaction it started (PostgreSQL offers no hook before a
+//! subtransaction begins), so their message is logged under that deeper
+//! subtransaction's xid, and logical decoding discards it if that one aborts,
+//! while the rows, created by the owner, commit with the owner. Such a
+//! message is kept as *owed* until the subtransaction it was logged under
+//! commits up to the owner's level; if it aborts first, the message is logged
+//! again before this backend's next engine call (so before anything else it
+//! logs) or at pre-commit. Rows of an owner that aborts are dead: their debt
+//! goes with them.
 
 use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
@@ -18,7 +30,22 @@ use std::collections::HashMap;
 /// Rows of one transaction id for one CF, not yet sent.
 struct Pending {
     target: Option<(CfRef, u32)>,
+    /// Transaction nest level of the rows' creator (see "Owed logs").
+    level: i32,
     batch: BatchBuilder,
+}
+
+/// A sent change whose message is not (yet) logged under a transaction that
+/// shares its rows' fate (see "Owed logs").
+struct Owed {
+    /// The encoded `PutBatch`, with LSN 0, as it is logged.
+    message: Vec<u8>,
+    cf: CfRef,
+    /// Nest level of the (sub)transaction that created the rows.
+    owner: i32,
+    /// Nest level of the subtransaction whose xid the message was logged
+    /// under (always deeper than `owner`), 0 once that one aborted.
+    logged_at: i32,
 }
 
 /// Per-CF cache of rowids this backend has reserved from the engine.
@@ -30,7 +57,8 @@ struct RowidRange {
 
 thread_local! {
     // Backends are single-threaded: thread-local is process-local here.
-    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, batch: BatchBuilder::new() });
+    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, level: 0, batch: BatchBuilder::new() });
+    static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
     static ROWIDS: RefCell<HashMap<(u32, u32), RowidRange>> = RefCell::new(HashMap::new());
 }
 
@@ -82,6 +110,7 @@ pub fn create_cf(cf: CfRef) -> Result<(), CallError> {
     forget_rowids(cf);
     let created_lsn = crate::flushflag::creation_point();
     call(&Request::CreateCf { cf, created_lsn }, expect_ok("CreateCf"))?;
+    crate::crash_point::reach(crate::crash_point::Point::CreateTable);
     crate::replay::database_uses_pasv(cf.db);
     Ok(())
 }
@@ -101,7 +130,9 @@ pub fn truncate_cf(cf: CfRef) -> Result<(), CallError> {
     discard_pending_for(cf);
     forget_rowids(cf);
     let created_lsn = crate::flushflag::creation_point();
-    call(&Request::TruncateCf { cf, created_lsn }, expect_ok("TruncateCf"))
+    call(&Request::TruncateCf { cf, created_lsn }, expect_ok("TruncateCf"))?;
+    crate::crash_point::reach(crate::crash_point::Point::Truncate);
+    Ok(())
 }
 
 pub struct CfInfo {
@@ -172,15 +203,31 @@ pub fn committed(
     })?)
 }
 
-/// Where every CF of database `db` (0: all) stands on persistence.
+/// Where every CF of database `db` (0: all) stands on persistence: every
+/// one of them, over as many answers as it takes (a table missing here would
+/// let the slot pass its unflushed commits).
 pub fn persistence(db: u32) -> Result<Vec<PersistenceRow>, CallError> {
-    call(&Request::Persistence { db }, |r| match r {
-        Response::Entries { batch, .. } => Ok(batch
-            .iter()
-            .filter_map(|(k, v)| protocol::decode_persistence(k, v))
-            .collect()),
-        _ => Err(CallError::Unexpected("Persistence")),
-    })
+    let mut rows: Vec<PersistenceRow> = Vec::new();
+    loop {
+        let after = rows.last().map_or(CfRef { db: 0, rel: 0 }, |r| CfRef { db: r.db, rel: r.rel });
+        let (page, more) = call(&Request::Persistence { db, after }, |r| match r {
+            Response::Entries { batch, more } => Ok((
+                batch
+                    .iter()
+                    .map(|(k, v)| protocol::decode_persistence(k, v).ok_or(CallError::Unexpected("Persistence row")))
+                    .collect::<Result<Vec<_>, _>>()?,
+                more,
+            )),
+            _ => Err(CallError::Unexpected("Persistence")),
+        })?;
+        if more && page.is_empty() {
+            return Err(CallError::Unexpected("Persistence: an empty page with more to come"));
+        }
+        rows.extend(page);
+        if !more {
+            return Ok(rows);
+        }
+    }
 }
 
 /// Replay: send a logged `PutBatch` message as it stands (its LSN is 0:
@@ -245,21 +292,42 @@ pub fn scan_into(
     )?
 }
 
-fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+/// The current transaction nest level (1: top level).
+fn nest_level() -> i32 {
+    // SAFETY: plain read of the transaction state.
+    unsafe { pgrx::pg_sys::GetCurrentTransactionNestLevel() }
+}
+
+/// Log one change message under the current (sub)transaction.
+fn log_message(cf: CfRef, message: &[u8]) -> u64 {
+    // SAFETY: called in a backend inside the writing transaction.
+    let lsn = unsafe { crate::wal::log_change(message) };
+    crate::flushflag::note_write(cf, lsn);
+    lsn
+}
+
+/// Send rows created at nest level `owner` (the current one, or a
+/// shallower one whose buffered rows are flushed late).
+fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
     client::call(
         |out| {
             let available = out.len();
             let len = protocol::encode_put_batch(cf, batch, out)
                 .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
-            // WAL first (DESIGN.md §4): the exact request, logged with LSN 0,
+            // WAL first (DESIGN §4): the exact request, logged with LSN 0,
             // before the engine sees it; then the real LSN goes in, so the
             // engine keeps the memtable from disk until that WAL is.
             if crate::guc::durability().logs_messages() {
-                // SAFETY: called in a backend inside the writing transaction.
-                let lsn = unsafe { crate::wal::log_change(&out[..len]) };
+                let logged_at = nest_level();
+                if owner < logged_at {
+                    let message = out[..len].to_vec();
+                    OWED.with(|o| o.borrow_mut().push(Owed { message, cf, owner, logged_at }));
+                }
+                let lsn = log_message(cf, &out[..len]);
+                crate::flushflag::xid_logged_before_engine_wal(lsn);
+                crate::crash_point::reach(crate::crash_point::Point::AfterLogBeforeWrite);
                 out[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
-                crate::flushflag::note_write(cf, lsn);
             } else {
                 crate::flushflag::note_write(cf, 0);
             }
@@ -269,10 +337,87 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
     )?
 }
 
-/// Write one batch now (flushing buffered rows first), atomically.
+/// Log again the owed messages whose log was discarded with an aborted
+/// subtransaction, under the current one; forget those now logged under
+/// their owner. Runs before every engine call of this backend.
+fn settle_owed() {
+    OWED.with(|o| {
+        let mut owed = o.borrow_mut();
+        if owed.iter().all(|x| x.logged_at != 0) {
+            return;
+        }
+        let level = nest_level();
+        for x in owed.iter_mut().filter(|x| x.logged_at == 0) {
+            log_message(x.cf, &x.message);
+            x.logged_at = level;
+        }
+        owed.retain(|x| x.logged_at != x.owner);
+    });
+}
+
+/// Subtransaction at nest level `level` committed into its parent: its rows
+/// (buffered or sent), and the messages logged under it, now share the
+/// parent's fate.
+pub fn subxact_committed(level: i32) {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.level == level {
+            p.level = level - 1;
+        }
+    });
+    OWED.with(|o| {
+        let mut owed = o.borrow_mut();
+        for x in owed.iter_mut() {
+            if x.owner == level {
+                x.owner = level - 1;
+            }
+            if x.logged_at == level {
+                x.logged_at = level - 1;
+            }
+        }
+        owed.retain(|x| x.logged_at != x.owner);
+    });
+}
+
+/// Subtransaction at nest level `level` aborted: its own rows (buffered or
+/// sent) are dead, and what was logged under it for shallower owners is
+/// owed again.
+pub fn subxact_aborted(level: i32) {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.target.is_some() && p.level >= level {
+            p.target = None;
+            p.batch.clear();
+        }
+    });
+    OWED.with(|o| {
+        let mut owed = o.borrow_mut();
+        owed.retain(|x| x.owner < level);
+        for x in owed.iter_mut().filter(|x| x.logged_at == level) {
+            x.logged_at = 0;
+        }
+    });
+}
+
+/// The top-level transaction ended: nothing is owed any more.
+pub fn owed_clear() {
+    OWED.with(|o| o.borrow_mut().clear());
+}
+
+/// Drop every buffered row (top-level abort).
+pub fn discard_pending() {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.target = None;
+        p.batch.clear();
+    });
+}
+
+/// Write one batch of the current (sub)transaction now (flushing buffered
+/// rows first), atomically.
 pub fn put_batch_now(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
     flush_pending()?;
-    put_batch_raw(cf, batch)
+    put_batch_raw(cf, batch, nest_level())
 }
 
 /// Answer to a row-lock request.
@@ -320,23 +465,26 @@ pub fn buffer_put(cf: CfRef, xid: u32, key: &[u8], value: &[u8]) -> Result<(), C
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = Some((cf, xid));
+        p.level = nest_level();
         p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
     })
 }
 
-/// Send buffered rows, if any.
+/// Send buffered rows, if any (after settling owed logs: before this
+/// backend's every engine call).
 pub fn flush_pending() -> Result<(), CallError> {
+    settle_owed();
     let Some((cf, _)) = PENDING.with(|p| p.borrow().target) else {
         return Ok(());
     };
     // Take the batch out first: a failed send must not be retried with
     // stale rows at the next call (the statement fails and aborts).
-    let batch = PENDING.with(|p| {
+    let (batch, owner) = PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = None;
-        std::mem::replace(&mut p.batch, BatchBuilder::new())
+        (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level)
     });
-    let result = if batch.len() > 0 { put_batch_raw(cf, &batch) } else { Ok(()) };
+    let result = if batch.len() > 0 { put_batch_raw(cf, &batch, owner) } else { Ok(()) };
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.target.is_none() {
@@ -348,18 +496,9 @@ pub fn flush_pending() -> Result<(), CallError> {
     result
 }
 
-/// Drop buffered rows: all of them (top-level abort), or only those of
-/// transaction `xid` (subtransaction abort).
-pub fn discard_pending(xid: Option<u32>) {
-    PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        if xid.is_none() || p.target.map(|t| t.1) == xid {
-            p.target = None;
-            p.batch.clear();
-        }
-    });
-}
-
+/// The CF is being emptied or dropped: its buffered rows and owed logs go
+/// (a log owed to emptied rows, logged after the new incarnation's creation
+/// point, would bring them back at replay).
 fn discard_pending_for(cf: CfRef) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
@@ -368,6 +507,7 @@ fn discard_pending_for(cf: CfRef) {
             p.batch.clear();
         }
     });
+    OWED.with(|o| o.borrow_mut().retain(|x| x.cf != cf));
 }
 
 /// Next rowid for a new row in `cf`. Rowids are reserved from the engine in

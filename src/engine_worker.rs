@@ -67,6 +67,44 @@ fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Refuse a RocksDB directory that came with a base backup (`pg_basebackup`,
+/// a standby's initial copy): it was copied while RocksDB wrote and
+/// compacted, so it may be torn, and logical messages are no-ops in redo, so
+/// nothing brought it up to date (PG16_NOTES). PostgreSQL renames the
+/// backup's `backup_label` to `backup_label.old` when recovery from it ends;
+/// the engine remembers the label it has run with (`pasv/backup_label.seen`),
+/// so a label it has not seen next to an existing store means the store is a
+/// copy.
+fn check_not_a_restored_copy() -> Result<(), String> {
+    let pgdata = data_dir().parent().map(PathBuf::from).unwrap_or_default();
+    let label = std::fs::read(pgdata.join("backup_label.old")).ok();
+    let seen_path = data_dir().join("backup_label.seen");
+    let store_exists = data_dir().join("CURRENT").exists();
+    let seen = std::fs::read(&seen_path).ok();
+    match label {
+        Some(label) if store_exists && seen.as_deref() != Some(label.as_slice()) => Err(format!(
+            "the data directory was restored from a base backup (backup_label.old) that copied pasv's store {}; pasv refuses to serve it",
+            data_dir().display()
+        )),
+        Some(label) => {
+            std::fs::create_dir_all(data_dir()).map_err(|e| format!("creating {}: {e}", data_dir().display()))?;
+            std::fs::write(&seen_path, label).map_err(|e| format!("writing {}: {e}", seen_path.display()))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Databases that have a pasv replication slot (`pg_replslot/pasv_<oid>`).
+fn databases_with_a_pasv_slot() -> std::collections::HashSet<u32> {
+    let pgdata = data_dir().parent().map(PathBuf::from).unwrap_or_default();
+    let Ok(entries) = std::fs::read_dir(pgdata.join("pg_replslot")) else {
+        return Default::default();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("pasv_")?.parse().ok())
+        .collect()
+}
+
 fn data_dir() -> PathBuf {
     // SAFETY: DataDir is set before any background worker starts.
     let dir = unsafe { CStr::from_ptr(pg_sys::DataDir) };
@@ -90,6 +128,16 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         background_jobs: 2,
         durability: crate::guc::durability().engine(),
     };
+    if let Err(e) = check_not_a_restored_copy() {
+        header.engine_state.store(ENGINE_FAILED, Ordering::Release);
+        pgrx::ereport!(
+            pgrx::PgLogLevel::ERROR,
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("pasv engine: {e}"),
+            "pasv does not support base backups or standbys yet: its RocksDB copy may be torn, and nothing replays pasv's changes into it. Move pasv tables with pg_dump or COPY instead."
+        );
+        unreachable!()
+    }
     let started = Instant::now();
     let flusher = Arc::new(WalFlusher::new());
     let wal: Arc<dyn pasv_am::wal_order::WalDurability> = flusher.clone();
@@ -136,6 +184,11 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     let recover = !engine.opened_clean() && matches!(durability, Durability::Pasv | Durability::Naive);
     let mut dbs: Vec<u32> = engine.list_table_cfs().iter().map(|cf| cf.db).collect();
     dbs.dedup();
+    // With more databases than places, the places go first to databases
+    // whose replication slot kept WAL for them: only those can have
+    // unflushed commits to replay (without a slot every commit flushed).
+    let protected = databases_with_a_pasv_slot();
+    dbs.sort_by_key(|db| !protected.contains(db));
     for db in &dbs {
         if header.claim_db_slot(*db, if recover { DB_RECOVERING } else { DB_READY }).is_none() {
             pgrx::warning!("pasv engine: more than {} databases use pasv; database {db} gets no replay worker", crate::ipc::MAX_DATABASES);
@@ -178,8 +231,16 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         Ok(engine) => engine,
         Err(_) => pgrx::error!("pasv engine: service threads still hold the engine"),
     };
+    // A database whose replay did not finish must be recovered again at the
+    // next start: its store is not marked clean (DESIGN §6).
+    let any_recovering = header.dbs.iter().any(|s| {
+        s.db.load(Ordering::Acquire) != 0 && s.recovery.load(Ordering::Acquire) != DB_READY
+    });
+    if any_recovering {
+        pgrx::log!("pasv engine: a database is still recovering; the store is not marked clean and recovers again at the next start");
+    }
     let closing = Instant::now();
-    match engine.close() {
+    match engine.close(!any_recovering) {
         Ok(()) => pgrx::log!(
             "pasv engine stopped: memtables flushed and RocksDB closed in {:.0} ms",
             closing.elapsed().as_secs_f64() * 1000.0

@@ -14,11 +14,14 @@
 //! * `flushflag/`      per-transaction bookkeeping for flush flags; pre-commit durability
 //! * `replay/`         output plugin + per-database replay worker (slot, recovery, DPP)
 //! * `sql_api`         SQL-callable functions (`pasv.*`)
+//! * `verify`          `pasv.verify(regclass)`: a table's consistency, as rows of problems
+//! * `crash_point`     named crash points for crash tests (`pasv.crash_point`)
 //! * `error`           pasv errors → SQLSTATE + HINT
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+mod crash_point;
 mod engine_client;
 mod engine_worker;
 mod error;
@@ -29,6 +32,7 @@ mod replay;
 mod shmem;
 mod sql_api;
 mod tam;
+mod verify;
 mod wal;
 mod wal_flush;
 mod xact;

@@ -113,6 +113,48 @@ fn table_versions(rel: pg_sys::Oid) -> i64 {
     }
 }
 
+/// Every stored version of a pasv table, newest first within a row:
+/// diagnostics (what pruning and VACUUM leave, how chains look).
+#[pg_extern]
+fn versions(
+    rel: pg_sys::Oid,
+) -> TableIterator<
+    'static,
+    (
+        name!(rowid, i64),
+        name!(version, i64),
+        name!(xid, i64),
+        name!(tombstone, bool),
+        name!(moved_to, Option<i64>),
+        name!(frozen, bool),
+    ),
+> {
+    // SAFETY: the relation is opened and closed here with AccessShareLock.
+    let rows = unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let r = pg_sys::relation_open(rel, lock);
+        if !crate::tam::is_pasv(r) {
+            pg_sys::relation_close(r, lock);
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                "pasv.versions() needs a pasv table",
+                "Pass a table created USING pasv.",
+            );
+        }
+        let cf = crate::tam::cf_of(r);
+        pg_sys::relation_close(r, lock);
+        let (start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
+        let mut rows = Vec::new();
+        crate::tam::versions::walk(cf, start, end, 0, "listing versions", |v| {
+            let h = v.header;
+            rows.push((v.rowid as i64, i64::from(v.version), h.xid as i64, h.is_tombstone(), h.is_moved().then_some(h.moved_to as i64), h.is_frozen()));
+            true
+        });
+        rows
+    };
+    TableIterator::new(rows)
+}
+
 // ---------------------------------------------------------------------------
 // Durability status (DESIGN §5-6): raw functions, and views over them that
 // give relations, LSNs and slots their SQL types.
@@ -325,4 +367,93 @@ fn flush_table(rel: pg_sys::Oid) {
     if let Err(e) = engine_client::flush_cf(cf) {
         e.raise("flushing a table");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Crash points for crash tests (see crate::crash_point).
+// ---------------------------------------------------------------------------
+
+fn crash_point_file() -> std::path::PathBuf {
+    // SAFETY: DataDir is set in every backend.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    std::path::PathBuf::from(dir.to_string_lossy().into_owned()).join("pasv_crash_point")
+}
+
+fn require_superuser(what: &str) {
+    // SAFETY: plain catalog check in a backend.
+    if !unsafe { pg_sys::superuser() } {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("{what} is for superusers"),
+            "Crash points abort the server on purpose; connect as a superuser.",
+        );
+    }
+}
+
+/// Arm the named crash point: the `skip + 1`-th process to reach it aborts
+/// (and the server restarts as after any crash).
+#[pg_extern]
+fn crash_point(name: &str, skip: default!(i32, 0)) {
+    require_superuser("pasv.crash_point()");
+    let Some(point) = crate::crash_point::Point::from_name(name) else {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown pasv crash point \"{name}\""),
+            format!("Known crash points: {}.", crate::crash_point::names().collect::<Vec<_>>().join(", ")),
+        );
+    };
+    if skip < 0 {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("skip must not be negative (got {skip})"),
+            "Pass how many times the point is passed before it fires (0: the first time).",
+        );
+    }
+    if let Err(e) = crate::crash_point::arm(point, skip as u32, &crash_point_file()) {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("arming crash point {name}: {e}"),
+            "Check that the data directory is writable.",
+        );
+    }
+}
+
+/// Disarm every crash point.
+#[pg_extern]
+fn clear_crash_points() {
+    require_superuser("pasv.clear_crash_points()");
+    crate::crash_point::clear(&crash_point_file());
+}
+
+/// The names of every crash point.
+#[pg_extern]
+fn crash_points() -> SetOfIterator<'static, String> {
+    SetOfIterator::new(crate::crash_point::names().map(str::to_owned))
+}
+
+// ---------------------------------------------------------------------------
+// The way out of a failed recovery (see crate::replay).
+// ---------------------------------------------------------------------------
+
+/// Start this database's failed pasv recovery again (after fixing its cause).
+#[pg_extern]
+fn retry_recovery() -> bool {
+    require_superuser("pasv.retry_recovery()");
+    crate::replay::resolve_failed_recovery(false)
+}
+
+/// Give up this database's failed pasv recovery: its tables become usable
+/// as they are on disk; committed changes that were not replayed are lost.
+#[pg_extern]
+fn abandon_recovery() -> bool {
+    require_superuser("pasv.abandon_recovery()");
+    let abandoned = crate::replay::resolve_failed_recovery(true);
+    if abandoned {
+        crate::error::warn(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            "pasv recovery abandoned: committed changes to this database's pasv tables that were not replayed are lost",
+            "Check the tables (pasv.verify) and restore lost rows from a backup if needed.",
+        );
+    }
+    abandoned
 }

@@ -53,3 +53,26 @@ pub unsafe fn pad_past_current_page() {
         pg_sys::XLogFlush(lsn);
     });
 }
+
+/// The end of the WAL inserted so far: a position `XLogFlush` can reach.
+///
+/// `GetXLogInsertRecPtr` is where the next record will start; at a page
+/// boundary that is past the next page's header, which is not written until
+/// that record is, so flushing to it fails ("xlog flush request … is not
+/// satisfied"). Every record inserted so far ends at or before the page
+/// boundary then.
+pub fn inserted_end() -> pg_sys::XLogRecPtr {
+    // SAFETY: plain reads of WAL state and of a setting.
+    let (next, segment) = unsafe { (pg_sys::GetXLogInsertRecPtr(), pg_sys::wal_segment_size as u64) };
+    pasv_am::wal_order::inserted_wal_end(next, u64::from(pg_sys::XLOG_BLCKSZ), segment)
+}
+
+/// Make every WAL record inserted so far durable; returns where that ends.
+///
+/// # Safety
+/// A process attached to shared memory (not a non-main thread).
+pub unsafe fn flush_inserted() -> pg_sys::XLogRecPtr {
+    let end = inserted_end();
+    pg_sys::ffi::pg_guard_ffi_boundary(|| pg_sys::XLogFlush(end));
+    end
+}

@@ -52,6 +52,7 @@ impl WalFlusher {
     pub fn serve(&self) {
         let wanted = self.requested.load(Ordering::SeqCst);
         if wanted > self.flushed.load(Ordering::SeqCst) {
+            crate::crash_point::reach(crate::crash_point::Point::FlushBeginWal);
             // SAFETY: main thread of a process attached to shared memory.
             unsafe { pg_sys::XLogFlush(wanted) };
             self.publish(wanted);
@@ -61,11 +62,7 @@ impl WalFlusher {
     /// Main thread: make everything inserted so far durable (before close).
     pub fn flush_everything(&self) {
         // SAFETY: as in `serve`.
-        let lsn = unsafe {
-            let lsn = pg_sys::GetXLogInsertRecPtr();
-            pg_sys::XLogFlush(lsn);
-            lsn
-        };
+        let lsn = unsafe { crate::wal::flush_inserted() };
         self.publish(lsn.max(self.requested.load(Ordering::SeqCst)));
     }
 
@@ -78,6 +75,8 @@ impl WalFlusher {
 
 impl WalDurability for WalFlusher {
     fn ensure_durable(&self, lsn: u64) {
+        // Called as a memtable flush begins (and by engine_wal's sync).
+        crate::crash_point::reach(crate::crash_point::Point::FlagFlush);
         if self.flushed.load(Ordering::SeqCst) >= lsn {
             return;
         }

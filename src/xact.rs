@@ -83,6 +83,9 @@ fn run(action: Action, when: When) {
         pgrx::log!("pasv: {action:?} at {when:?} skipped: the pasv engine is not running");
         return;
     }
+    if matches!(action, Action::DropCf(_)) && when == When::Commit {
+        crate::crash_point::reach(crate::crash_point::Point::DropTable);
+    }
     let (result, doing) = match action {
         Action::DropCf(cf) => (engine_client::drop_cf(cf), format!("dropping column family {cf}")),
         Action::DropDatabase(db) => {
@@ -146,14 +149,18 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_PRE_PREPARE => {
-            if WROTE.with(|w| w.get()) {
+            // Row locks too (SELECT ... FOR UPDATE): they live in the
+            // engine's memory under this backend's xid, and this session's
+            // next transaction would release them.
+            if WROTE.with(|w| w.get()) || LOCKS_OF.with(|l| l.get()) != 0 {
                 error::not_supported(
                     "PREPARE TRANSACTION",
-                    "Commit or roll back transactions that write pasv tables directly.",
+                    "Commit or roll back transactions that write or lock rows of pasv tables directly.",
                 );
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            engine_client::owed_clear(); // settled at pre-commit
             let locks_of = LOCKS_OF.with(|l| l.replace(0));
             if !crate::flushflag::after_commit(locks_of) {
                 release_row_locks_of(locks_of);
@@ -162,13 +169,15 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
-            engine_client::discard_pending(None);
+            engine_client::discard_pending();
+            engine_client::owed_clear();
             crate::flushflag::after_abort();
             release_row_locks();
             finish_levels(0, When::Abort);
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_PREPARE => {
+            engine_client::owed_clear();
             PENDING.with(|p| p.borrow_mut().clear());
             WROTE.with(|w| w.set(false));
         }
@@ -187,14 +196,11 @@ unsafe extern "C-unwind" fn subxact_callback(
     let level = pg_sys::GetCurrentTransactionNestLevel();
     match event {
         SUBXACT_EVENT_ABORT_SUB => {
-            // Buffered rows of the aborting subtransaction are dead anyway.
-            let xid = pg_sys::GetCurrentTransactionIdIfAny();
-            if xid != pg_sys::InvalidTransactionId {
-                engine_client::discard_pending(Some(u32::from(xid)));
-            }
+            engine_client::subxact_aborted(level);
             finish_levels(level, When::Abort);
         }
         SUBXACT_EVENT_COMMIT_SUB => {
+            engine_client::subxact_committed(level);
             PENDING.with(|p| {
                 for x in p.borrow_mut().iter_mut().filter(|x| x.nest_level >= level) {
                     x.nest_level = level - 1;

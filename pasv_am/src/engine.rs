@@ -26,10 +26,13 @@
 //! * At most one CF per `(db, rel)`. If a crash left several (between creating
 //!   a truncated table's new CF and dropping the old one), open keeps the newest
 //!   incarnation and drops the others: no `CfRef` can reach them.
-//! * `next_rowid` of a table is above every rowid in its CF: on open it is
-//!   1 + the largest rowid present, and every `put_batch` raises it past the
-//!   rowids it writes (so replayed rows are never handed out again). Rowids
-//!   allocated but never written may be handed out again after a restart.
+//! * `next_rowid` of a table is above every rowid in its CF and every rowid
+//!   ever handed out: a rowid is handed out only below the CF's durable
+//!   *rowid floor* (meta CF), raised and flushed ahead of allocation; on open
+//!   `next_rowid` is the larger of the floor and 1 + the largest rowid
+//!   present, and every `put_batch` raises it past the rowids it writes. So a
+//!   rowid is never handed out twice, not even after a crash lost its row
+//!   (PostgreSQL's btree entries for it survive through PostgreSQL's WAL).
 //! * DDL (create, drop, truncate, the incarnation counter) is serialised by one
 //!   mutex; the table map's `RwLock` is held only to look up, insert or remove.
 //! * Row locks ([`crate::row_locks`]) live in memory only, behind their own
@@ -75,9 +78,14 @@ type Db = DBWithThreadMode<MultiThreaded>;
 const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
 /// Incarnations start at 1; 0 never names a CF.
 const FIRST_INCARNATION: u64 = 1;
-/// Reserved key of a table CF: rowids below it were used by an emptied past
-/// (u64 little-endian); see [`Engine::truncate_all`].
-const ROWID_FLOOR_KEY: &[u8] = &[RESERVED_KEY_PREFIX, b'f', b'l', b'o', b'o', b'r'];
+/// Meta CF key prefix of a CF's durable rowid floor (followed by the CF
+/// name; u64 little-endian): no rowid at or above it was ever handed out, so
+/// after a crash allocation resumes there (DESIGN §3: keys are never reused).
+const ROWID_FLOOR_PREFIX: &[u8] = b"rowid_floor.";
+/// The floor is raised ahead of allocation by at least this many rowids (or
+/// an eighth of the rowids used, if more), so raising it, which flushes the
+/// meta CF, is rare.
+const ROWID_FLOOR_STEP: u64 = 1 << 16;
 /// Meta CF key present only between a clean close and the next open.
 const CLEAN_CLOSE_KEY: &[u8] = b"clean_close";
 /// Meta CF key prefix of a CF's creation LSN (followed by the CF name).
@@ -212,6 +220,10 @@ struct TableEntry {
     cf: TableCf,
     name: String,
     next_rowid: AtomicU64,
+    /// The durable rowid floor: rowids below it may be handed out. Raised
+    /// (and persisted first) under `floor_raise`.
+    rowid_floor: AtomicU64,
+    floor_raise: Mutex<()>,
     /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
     /// (shared with the flush listener).
     max_lsn: Arc<AtomicU64>,
@@ -228,6 +240,8 @@ impl TableEntry {
             cf,
             name: cf.name(),
             next_rowid: AtomicU64::new(next_rowid),
+            rowid_floor: AtomicU64::new(next_rowid),
+            floor_raise: Mutex::new(()),
             max_lsn: Arc::new(AtomicU64::new(0)),
             flag: Mutex::new(FlagState::default()),
             created_lsn,
@@ -385,7 +399,12 @@ impl Engine {
         let mut tables = HashMap::with_capacity(newest.len());
         for (key, cf) in newest {
             let name = cf.name();
-            let next_rowid = next_rowid_from_data(&db, &name)?;
+            let floor = db
+                .get_cf(&meta, rowid_floor_key(&name))
+                .map_err(rocks("read a rowid floor"))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(0, u64::from_le_bytes);
+            let next_rowid = next_rowid_from_data(&db, &name)?.max(floor);
             let created_lsn = db
                 .get_cf(&meta, created_lsn_key(&name))
                 .map_err(rocks("read a creation LSN"))?
@@ -416,6 +435,11 @@ impl Engine {
 
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(cfg.durability != Durability::EngineWal);
+        // A write into a CF dropped meanwhile (a flag racing a DROP) must fail
+        // only itself: without this RocksDB turns it into a background error
+        // that refuses every later write to any CF. `put_batch_at` checks
+        // afterwards whether its CF still exists.
+        write_options.set_ignore_missing_column_families(true);
 
         Ok(Engine {
             db,
@@ -516,13 +540,41 @@ impl Engine {
             return Err(EngineError::BadRequest("alloc_rowids of 0 rowids".into()));
         }
         let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
-        entry
+        let first = entry
             .next_rowid
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
                 next.checked_add(u64::from(count))
                     .filter(|&end| end <= MAX_ROWID + 1)
             })
-            .map_err(|_| EngineError::RowidsExhausted(cf))
+            .map_err(|_| EngineError::RowidsExhausted(cf))?;
+        self.raise_rowid_floor(&entry, first + u64::from(count))?;
+        Ok(first)
+    }
+
+    /// Makes the durable rowid floor of `entry` at least `end` before any
+    /// rowid below `end` is handed out (a crash must not hand them out again).
+    fn raise_rowid_floor(&self, entry: &TableEntry, end: u64) -> Result<(), EngineError> {
+        if end <= entry.rowid_floor.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _raising = entry.floor_raise.lock().unwrap_or_else(PoisonError::into_inner);
+        if end <= entry.rowid_floor.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let floor = end.saturating_add(ROWID_FLOOR_STEP.max(end / 8)).min(MAX_ROWID + 1);
+        self.persist_rowid_floor(&entry.name, floor)?;
+        entry.rowid_floor.store(floor, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes and flushes the rowid floor of the CF `name` (RocksDB's WAL is
+    /// off: only a flush makes it durable).
+    fn persist_rowid_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
+        let meta = self.meta_handle()?;
+        self.db
+            .put_cf_opt(&meta, rowid_floor_key(name), floor.to_le_bytes(), &self.write_options)
+            .map_err(rocks("persist a rowid floor"))?;
+        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
     }
 
     /// Writes the entries atomically (one WriteBatch, RocksDB WAL off). Every
@@ -570,7 +622,9 @@ impl Engine {
             .write_opt(write, &self.write_options)
             .map_err(rocks_with(|| {
                 format!("write {} entries into {}", batch.len(), entry.name)
-            }))
+            }))?;
+        // Written into nothing if a DDL dropped the CF meanwhile.
+        self.handle(cf, &entry).map(drop)
     }
 
     /// Appends the entries with keys in `[start, end)` to `out`, ascending,
@@ -739,10 +793,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Flushes everything, marks the close clean and closes RocksDB. The
-    /// caller has made the WAL durable past every write (no flush waits).
-    pub fn close(self) -> Result<(), EngineError> {
+    /// Flushes everything, marks the close clean if `clean` and closes
+    /// RocksDB. The caller has made the WAL durable past every write (no
+    /// flush waits). Not clean: a database is still recovering, so the next
+    /// open must recover again (DESIGN §6: a store is marked clean only by a
+    /// shutdown that left no database recovering).
+    pub fn close(self, clean: bool) -> Result<(), EngineError> {
         self.flush_all()?;
+        if !clean {
+            drop(self);
+            return Ok(());
+        }
         let meta = self.meta_handle()?;
         self.db
             .put_cf_opt(&meta, CLEAN_CLOSE_KEY, [1u8], &self.write_options)
@@ -766,7 +827,7 @@ impl Engine {
     /// PostgreSQL's unlogged tables, their contents are gone). Unlike
     /// TRUNCATE, rowids do not restart: PostgreSQL indexes on the tables
     /// survive the crash, and their stale entries must never point at new
-    /// rows. The floor is stored durably in each new CF.
+    /// rows. The floor is stored durably for each new CF.
     pub fn truncate_all(&self) -> Result<usize, EngineError> {
         let all: Vec<(CfRef, u64)> = self
             .tables()
@@ -776,11 +837,8 @@ impl Engine {
         for (cf, floor) in &all {
             self.truncate_cf(*cf)?;
             let entry = self.lookup(*cf).ok_or(EngineError::NoSuchCf(*cf))?;
-            let handle = self.handle(*cf, &entry)?;
-            self.db
-                .put_cf_opt(&handle, ROWID_FLOOR_KEY, floor.to_le_bytes(), &self.write_options)
-                .map_err(rocks("write a rowid floor"))?;
-            self.db.flush_cf(&handle).map_err(rocks("flush a rowid floor"))?;
+            self.persist_rowid_floor(&entry.name, *floor)?;
+            entry.rowid_floor.fetch_max(*floor, Ordering::AcqRel);
             entry.next_rowid.fetch_max(*floor, Ordering::Relaxed);
         }
         Ok(all.len())
@@ -1101,6 +1159,10 @@ fn created_lsn_key(cf_name: &str) -> Vec<u8> {
     [CREATED_LSN_PREFIX, cf_name.as_bytes()].concat()
 }
 
+fn rowid_floor_key(cf_name: &str) -> Vec<u8> {
+    [ROWID_FLOOR_PREFIX, cf_name.as_bytes()].concat()
+}
+
 /// The CF's flush flag: the persisted one (SST files only) or the newest.
 fn read_flag(db: &Db, name: &str, persisted: bool) -> Result<Option<FlushFlag>, EngineError> {
     let Some(handle) = db.cf_handle(name) else {
@@ -1162,12 +1224,7 @@ fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineError> {
     };
     iter.status()
         .map_err(rocks_with(|| format!("find the last row of {name}")))?;
-    let floor = db
-        .get_cf(&handle, ROWID_FLOOR_KEY)
-        .map_err(rocks_with(|| format!("read the rowid floor of {name}")))?
-        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-        .map_or(0, u64::from_le_bytes);
-    Ok(last.map_or(0, |rowid| rowid + 1).max(floor))
+    Ok(last.map_or(0, |rowid| rowid + 1))
 }
 
 #[cfg(test)]
@@ -1480,13 +1537,67 @@ mod tests {
             Err(EngineError::BadRequest(_))
         ));
         put_rows(&engine, T, [0, 3, 12]);
-        engine.close().unwrap();
+        drop(engine); // a crash: rows 13..16 were handed out, never written
 
-        // next_rowid comes from the data: 1 + the largest rowid written.
+        // A rowid handed out is never handed out again (PostgreSQL's btree
+        // may still point at it): allocation resumes at the durable floor.
         let engine = open(&dir);
-        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 13);
-        assert_eq!(engine.alloc_rowids(T, 2).unwrap(), 13);
-        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 15);
+        let next = engine.cf_info(T).unwrap().next_rowid;
+        assert!(next >= 16, "next_rowid {next} reuses handed-out rowids");
+        assert_eq!(engine.alloc_rowids(T, 2).unwrap(), next);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), next + 2);
+        engine.close(true).unwrap();
+        assert!(open(&dir).cf_info(T).unwrap().next_rowid >= next + 3);
+    }
+
+    #[test]
+    fn the_rowid_floor_stays_ahead_of_large_allocations_across_crashes() {
+        let dir = TempDir::new();
+        let mut handed_out = 0;
+        for _ in 0..3 {
+            let engine = open(&dir);
+            if engine.table_cf(T).is_none() {
+                engine.create_cf(T).unwrap();
+            }
+            for _ in 0..40 {
+                let first = engine.alloc_rowids(T, 4096).unwrap();
+                assert!(first >= handed_out, "rowid {first} handed out again (already {handed_out})");
+                handed_out = first + 4096;
+            }
+            drop(engine); // crash, nothing written
+        }
+    }
+
+    #[test]
+    fn a_write_into_a_cf_dropped_meanwhile_fails_alone() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let name = engine.table_entry_name(T);
+        let stale = engine.db.cf_handle(&name).unwrap();
+        engine.drop_cf(T).unwrap();
+        // What a flag write racing the DROP does: its handle outlived the CF.
+        let _ = engine.db.put_cf_opt(&stale, FLAG_KEY, [0u8; 8], &engine.write_options);
+        drop(stale);
+        // No background error: DDL and writes to other CFs still work.
+        let other = CfRef { db: T.db, rel: T.rel + 1 };
+        engine.create_cf(other).unwrap();
+        put_rows(&engine, other, [1, 2]);
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(rowids_of(&scan_all(&engine, other, &lo, &hi, 4096, 0).0), [1, 2]);
+    }
+
+    #[test]
+    fn a_close_that_is_not_clean_leaves_no_marker() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, [1]);
+        engine.close(false).unwrap();
+        let engine = open(&dir);
+        assert!(!engine.opened_clean(), "a store closed while recovering was marked clean");
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(rowids_of(&scan_all(&engine, T, &lo, &hi, 4096, 0).0), [1], "close still flushes");
     }
 
     #[test]
@@ -1627,7 +1738,7 @@ mod tests {
         let dir = TempDir::new();
         let engine = open(&dir);
         engine.create_cf(T).unwrap();
-        engine.close().unwrap();
+        engine.close(true).unwrap();
         let engine = open(&dir);
         assert!(engine.opened_clean());
         drop(engine); // a crash: no close
@@ -1751,7 +1862,7 @@ mod tests {
             })
             .collect();
         assert_eq!(remaining, [keep]);
-        engine.close().unwrap();
+        engine.close(true).unwrap();
         let engine = open(&dir);
         assert_eq!(engine.list_table_cfs().len(), 1);
         let (lo, hi) = row_range(0, 10);
@@ -1771,7 +1882,7 @@ mod tests {
         let tables = engine.list_table_cfs();
         let info = engine.cf_info(a).unwrap();
         assert!(info.approx_keys > 0 && info.approx_bytes > 0, "{info:?}");
-        engine.close().unwrap();
+        engine.close(true).unwrap();
 
         let engine = open(&dir);
         assert_eq!(engine.list_table_cfs(), tables);

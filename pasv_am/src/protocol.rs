@@ -253,11 +253,13 @@ pub enum Request<'a> {
         rels: RelList<'a>,
         release_locks: bool,
     },
-    /// Where every CF of `db` (0: of every database) stands on persistence;
+    /// Where every CF of `db` (0: of every database) after `after` (in
+    /// `(db, rel)` order; `(0, 0)`: from the first) stands on persistence;
     /// answered by [`Response::Entries`] with keys `db ‖ rel` (u32 big-endian)
-    /// and values [`encode_persistence`].
+    /// and values [`encode_persistence`]. `more`: ask again from the last key.
     Persistence {
         db: u32,
+        after: CfRef,
     },
     /// Flush the table's memtables and wait.
     FlushCf(CfRef),
@@ -733,7 +735,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::LockRow { cf, xid, .. } => (op::LOCK_ROW, cf, xid),
         Request::ReleaseLocks { xid } => (op::RELEASE_LOCKS, zero, xid),
         Request::Committed { db, rels, .. } => (op::COMMITTED, CfRef { db, rel: 0 }, rels.len() as u32),
-        Request::Persistence { db } => (op::PERSISTENCE, CfRef { db, rel: 0 }, 0),
+        Request::Persistence { db, after } => (op::PERSISTENCE, CfRef { db, rel: after.rel }, after.db),
         Request::FlushCf(cf) => (op::FLUSH_CF, cf, 0),
         Request::SyncWal => (op::SYNC_WAL, zero, 0),
     };
@@ -819,10 +821,10 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     // Which header fields the op uses; the others must be zero.
     let (uses_db, uses_rel, uses_arg) = match code {
         op::PING | op::FLUSH_ALL | op::LIST_CFS | op::SYNC_WAL => (false, false, false),
-        op::DROP_DATABASE | op::PERSISTENCE => (true, false, false),
+        op::DROP_DATABASE => (true, false, false),
         op::COMMITTED => (true, false, true),
         op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
-        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW => (true, true, true),
+        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE => (true, true, true),
         op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
     };
@@ -868,7 +870,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
                 release_locks,
             }
         }
-        op::PERSISTENCE => Request::Persistence { db },
+        op::PERSISTENCE => Request::Persistence { db, after: CfRef { db: arg, rel } },
         op::FLUSH_CF => Request::FlushCf(cf),
         op::SYNC_WAL => Request::SyncWal,
         op::SCAN => {
@@ -1218,7 +1220,7 @@ mod tests {
             Request::DropCf(cf()),
             Request::DropDatabase { db: 7 },
             Request::TruncateCf { cf: cf(), created_lsn: 0 },
-            Request::Persistence { db: 0 },
+            Request::Persistence { db: 0, after: CfRef { db: 0, rel: 0 } },
             Request::Committed {
                 db: 5,
                 xid: 77,
@@ -1228,7 +1230,7 @@ mod tests {
                 rels: RelList { bytes: &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0] },
                 release_locks: true,
             },
-            Request::Persistence { db: 5 },
+            Request::Persistence { db: 5, after: CfRef { db: 5, rel: 16_384 } },
             Request::FlushCf(cf()),
             Request::SyncWal,
             Request::AllocRowids {

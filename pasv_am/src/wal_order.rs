@@ -28,6 +28,26 @@ pub trait WalDurability: Send + Sync {
     fn ensure_durable(&self, lsn: u64);
 }
 
+/// Size of a WAL page header (`SizeOfXLogShortPHD` on 64-bit platforms).
+pub const WAL_PAGE_HEADER: u64 = 24;
+/// Size of the header of a segment's first page (`SizeOfXLogLongPHD`).
+pub const WAL_SEGMENT_HEADER: u64 = 40;
+
+/// The end of the WAL inserted so far, given where the next record will
+/// start (`GetXLogInsertRecPtr`): at a page boundary that position lies past
+/// the next page's header, which is not written before that record is, so
+/// `XLogFlush` cannot reach it; every record inserted so far ends at the
+/// boundary itself.
+pub fn inserted_wal_end(next_record: u64, page_size: u64, segment_size: u64) -> u64 {
+    if segment_size > 0 && next_record % segment_size == WAL_SEGMENT_HEADER {
+        next_record - WAL_SEGMENT_HEADER
+    } else if page_size > 0 && next_record % page_size == WAL_PAGE_HEADER {
+        next_record - WAL_PAGE_HEADER
+    } else {
+        next_record
+    }
+}
+
 /// For engines outside PostgreSQL (unit tests): every LSN counts as durable.
 pub struct NoWal;
 
@@ -157,4 +177,25 @@ pub(crate) unsafe fn install(raw_options: *mut c_void, book: &Arc<LsnBook>) {
         ignore_event,
     );
     rocksdb_options_add_eventlistener(raw_options, listener);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inserted_wal_end;
+
+    const PAGE: u64 = 8192;
+    const SEGMENT: u64 = 16 << 20;
+
+    #[test]
+    fn the_inserted_end_never_lies_past_an_unwritten_page_header() {
+        // Mid-page: the next record starts where the last one ended.
+        assert_eq!(inserted_wal_end(0x30E_1FF0, PAGE, SEGMENT), 0x30E_1FF0);
+        // At a page boundary (the failure seen: flush request 0/30E2018,
+        // flushed only to 0/30E2000).
+        assert_eq!(inserted_wal_end(0x30E_2018, PAGE, SEGMENT), 0x30E_2000);
+        // At a segment boundary the first page has the long header.
+        assert_eq!(inserted_wal_end(3 * SEGMENT + 40, PAGE, SEGMENT), 3 * SEGMENT);
+        // 40 bytes into a page that does not start a segment is a real position.
+        assert_eq!(inserted_wal_end(5 * PAGE + 40, PAGE, SEGMENT), 5 * PAGE + 40);
+    }
 }

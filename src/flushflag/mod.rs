@@ -60,6 +60,7 @@ pub fn before_commit() -> Result<(), CallError> {
     if rels.is_empty() {
         return Ok(());
     }
+    crate::crash_point::reach(crate::crash_point::Point::AfterWriteBeforeCommit);
     match guc::durability() {
         // Like PostgreSQL's own commit record, RocksDB's WAL is synced only
         // when the commit is synchronous.
@@ -78,6 +79,36 @@ pub fn before_commit() -> Result<(), CallError> {
     }
 }
 
+thread_local! {
+    /// `engine_wal` mode: the (sub)transaction whose first message is known
+    /// durable.
+    static XID_DURABLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// `engine_wal` mode, before a change logged by the record ending at `lsn`
+/// goes to the engine: RocksDB writes it to its own WAL at once, and that
+/// survives a crash of PostgreSQL, so PostgreSQL's WAL must first durably
+/// hold a record of the writing (sub)transaction's xid. Otherwise the xid
+/// could be handed out again after the crash and the new transaction's
+/// commit would make these rows visible. Once per (sub)transaction, and
+/// only if no other commit has flushed that far already.
+pub fn xid_logged_before_engine_wal(lsn: u64) {
+    if guc::durability() != DurabilityMode::EngineWal {
+        return;
+    }
+    // SAFETY: plain reads of transaction and WAL state in a backend.
+    unsafe {
+        let xid = u32::from(pg_sys::GetCurrentTransactionIdIfAny());
+        if XID_DURABLE.with(|x| x.get()) == xid {
+            return;
+        }
+        if pg_sys::GetFlushRecPtr(std::ptr::null_mut()) < lsn {
+            pg_sys::XLogFlush(lsn);
+        }
+        XID_DURABLE.with(|x| x.set(xid));
+    }
+}
+
 /// After the commit record (never ERRORs): write the flags, releasing the
 /// row locks of `locks_xid` (0: none) in the same request when it is this
 /// transaction's. Returns whether the locks were released that way.
@@ -89,6 +120,7 @@ pub fn after_commit(locks_xid: u32) -> bool {
     // SAFETY: plain reads of backend globals, valid in the COMMIT callback.
     let (commit_lsn, xid) = unsafe { (pg_sys::XactLastCommitEnd, u32::from(pg_sys::GetTopTransactionIdIfAny())) };
     let release = locks_xid != 0 && locks_xid == xid;
+    crate::crash_point::reach(crate::crash_point::Point::AfterCommitBeforeFlag);
     match engine_client::committed(touched.db, xid, commit_lsn, touched.first_lsn, touched.last_lsn, &touched.rels, release) {
         Ok(()) => release,
         Err(e) => {
@@ -116,18 +148,16 @@ fn slot_protects(db: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// The creation point of a new CF: the current WAL insert position, made
-/// durable (so no transaction after a crash can commit below it).
+/// The creation point of a new CF incarnation: the end of the WAL inserted
+/// so far, made durable. Every message logged before it (a reused
+/// relfilenumber's past, rows emptied by a TRUNCATE in the creating
+/// transaction) starts below it; every later one at or above it.
 pub fn creation_point() -> u64 {
     if !guc::durability().replays() {
         return 0;
     }
-    // SAFETY: plain WAL calls in a backend.
-    unsafe {
-        let lsn = pg_sys::GetXLogInsertRecPtr();
-        pg_sys::XLogFlush(lsn);
-        lsn
-    }
+    // SAFETY: a backend.
+    unsafe { crate::wal::flush_inserted() }
 }
 
 

@@ -49,6 +49,11 @@ pub const MAX_DATABASES: usize = 64;
 /// Recovery states of a database ([`DbSlot::recovery`]).
 pub const DB_READY: u32 = 0;
 pub const DB_RECOVERING: u32 = 1;
+/// Recovery failed [`MAX_RECOVERY_ATTEMPTS`] times in a row: backends get an
+/// ERROR instead of waiting, until `pasv.retry_recovery()` or
+/// `pasv.abandon_recovery()`.
+pub const DB_RECOVERY_FAILED: u32 = 2;
+pub const MAX_RECOVERY_ATTEMPTS: u32 = 3;
 
 /// Replication slot states of a database ([`DbSlot::slot`]).
 /// `SLOT_NONE`: no slot protects this database's unflushed writes (yet), so
@@ -75,6 +80,8 @@ pub struct DbSlot {
     pub dropping: AtomicU32,
     /// The global DPP last computed by the worker (0: none yet).
     pub global_dpp: AtomicU64,
+    /// Recovery attempts that failed in a row.
+    pub recovery_failures: AtomicU32,
 }
 
 /// Engine states as seen by backends.
@@ -103,6 +110,8 @@ pub struct ChannelHeader {
     pub dbs: [DbSlot; MAX_DATABASES],
     /// 1 while a process claims a database slot.
     pub db_claim_lock: AtomicU32,
+    /// Armed crash points ([`crate::crash_point`]): hits left + 1, 0 disarmed.
+    pub crash_points: [AtomicU32; crate::crash_point::COUNT],
 }
 
 impl ChannelHeader {
@@ -129,6 +138,7 @@ impl ChannelHeader {
             slot.dropping.store(0, Ordering::Release);
             slot.worker_pid.store(0, Ordering::Release);
             slot.global_dpp.store(0, Ordering::Release);
+            slot.recovery_failures.store(0, Ordering::Release);
             // Release: the fields above are visible to whoever finds `db`.
             slot.db.store(db, Ordering::Release);
             Some(slot)

@@ -40,6 +40,17 @@ pub fn wait_for_recovery() {
     let Some(chan) = client::channel() else {
         return; // not preloaded: the call reports it
     };
+    // SAFETY: plain read of the recovery state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        // The engine starts only once recovery is over: on a standby (or
+        // during archive recovery) pasv's messages are not applied, and its
+        // RocksDB copy would be stale or torn.
+        crate::error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "pasv tables cannot be used on a standby server or during recovery",
+            "Query pasv tables on the primary; pasv does not support physical replication or archive recovery yet.",
+        );
+    }
     // The engine marks databases for recovery before it says READY.
     if client::wait_engine_ready(&chan).is_err() {
         return; // the call reports it
@@ -49,9 +60,15 @@ pub fn wait_for_recovery() {
     let header = chan.header();
     let mut logged = false;
     loop {
-        let recovering = header
-            .db_slot(db)
-            .is_some_and(|s| s.recovery.load(Ordering::Acquire) != DB_READY);
+        let state = header.db_slot(db).map_or(DB_READY, |s| s.recovery.load(Ordering::Acquire));
+        if state == ipc::DB_RECOVERY_FAILED {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "pasv recovery of this database failed; its pasv tables are unavailable",
+                "The server log says why. Fix the cause, then run SELECT pasv.retry_recovery() as a superuser; or run SELECT pasv.abandon_recovery() to use the tables without the changes that were not replayed.",
+            );
+        }
+        let recovering = state != DB_READY;
         if !recovering {
             RECOVERED.with(|r| r.set(true));
             if logged {
@@ -65,6 +82,19 @@ pub fn wait_for_recovery() {
         }
         client::nap(20);
     }
+}
+
+/// The way out of a failed recovery of this backend's database: `abandon`
+/// false starts recovery again, true gives it up (changes not replayed are
+/// lost). Returns false if the database's recovery had not failed.
+pub fn resolve_failed_recovery(abandon: bool) -> bool {
+    let Some(chan) = client::channel() else { return false };
+    // SAFETY: plain read of a backend global.
+    let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+    let Some(slot) = chan.header().db_slot(db) else { return false };
+    slot.recovery_failures.store(0, Ordering::Release);
+    let to = if abandon { DB_READY } else { ipc::DB_RECOVERING };
+    slot.recovery.compare_exchange(ipc::DB_RECOVERY_FAILED, to, Ordering::AcqRel, Ordering::Acquire).is_ok()
 }
 
 /// Database `db` has a pasv table: make sure it has a slot in shared memory

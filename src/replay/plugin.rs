@@ -33,6 +33,10 @@ pub struct ReplayRun {
     /// Cutoff per table: transactions that committed at or before it are
     /// already persisted there. Tables not listed have no CF (dropped).
     pub cutoffs: HashMap<u32, u64>,
+    /// Creation point per table (its CF incarnation's): a message logged
+    /// before it belongs to an emptied or reused past (a TRUNCATE in the
+    /// creating transaction, a reused relfilenumber), whenever it committed.
+    pub created: HashMap<u32, u64>,
     pub stats: BTreeMap<u32, RelStats>,
     /// End of the last commit record decoded.
     pub last_commit: u64,
@@ -45,10 +49,11 @@ pub struct ReplayRun {
 }
 
 impl ReplayRun {
-    pub fn new(db: u32, cutoffs: HashMap<u32, u64>, crash_after: Option<u64>) -> ReplayRun {
+    pub fn new(db: u32, cutoffs: HashMap<u32, u64>, created: HashMap<u32, u64>, crash_after: Option<u64>) -> ReplayRun {
         ReplayRun {
             db,
             cutoffs,
+            created,
             stats: BTreeMap::new(),
             last_commit: 0,
             messages: 0,
@@ -59,7 +64,9 @@ impl ReplayRun {
         }
     }
 
-    fn apply(&mut self, commit_lsn: u64, message: &[u8]) -> Result<(), CallError> {
+    /// Apply one message (starting at `message_lsn`) of a transaction whose
+    /// commit record ends at `commit_lsn`, if its CF lost it.
+    fn apply(&mut self, commit_lsn: u64, message_lsn: u64, message: &[u8]) -> Result<(), CallError> {
         self.messages += 1;
         self.last_commit = self.last_commit.max(commit_lsn);
         let Ok(Request::PutBatch { cf, batch, .. }) = decode_request(message) else {
@@ -70,7 +77,8 @@ impl ReplayRun {
             return Ok(());
         }
         let stats = self.stats.entry(cf.rel).or_default();
-        let behind = self.cutoffs.get(&cf.rel).is_some_and(|&cutoff| commit_lsn > cutoff);
+        let behind = self.cutoffs.get(&cf.rel).is_some_and(|&cutoff| commit_lsn > cutoff)
+            && self.created.get(&cf.rel).is_some_and(|&created| message_lsn >= created);
         let applied = behind
             && match engine_client::put_logged_message(message) {
                 Ok(()) => true,
@@ -181,7 +189,7 @@ unsafe extern "C-unwind" fn message(
     }
     let bytes = std::slice::from_raw_parts(message as *const u8, message_size);
     let commit_lsn = (*txn).end_lsn;
-    let outcome = RUN.with(|r| r.borrow_mut().as_mut().map(|run| run.apply(commit_lsn, bytes)));
+    let outcome = RUN.with(|r| r.borrow_mut().as_mut().map(|run| run.apply(commit_lsn, message_lsn, bytes)));
     match outcome {
         Some(Ok(())) => {}
         Some(Err(e)) => e.raise("replaying a logged change"),

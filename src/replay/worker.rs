@@ -21,7 +21,10 @@
 
 use super::plugin::{self, ReplayRun};
 use crate::guc::{self, DurabilityMode};
-use crate::ipc::{client, DbSlot, DB_READY, DB_RECOVERING, SLOT_FAILED, SLOT_NONE, SLOT_NOT_NEEDED, SLOT_READY};
+use crate::ipc::{
+    client, DbSlot, DB_READY, DB_RECOVERING, DB_RECOVERY_FAILED, MAX_RECOVERY_ATTEMPTS, SLOT_FAILED, SLOT_NONE,
+    SLOT_NOT_NEEDED, SLOT_READY,
+};
 use crate::{engine_client, fmt_lsn};
 use pasv_am::protocol::{CfRef, PersistenceRow};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
@@ -85,14 +88,16 @@ impl Worker<'_> {
             return;
         }
 
+        if !self.wait_while_recovery_failed() {
+            return;
+        }
         if self.slot.recovery.load(Ordering::Acquire) == DB_RECOVERING {
             match self.slot_position() {
                 Ok(Some(_)) => {
                     if let Err(e) = self.recover(mode) {
-                        // The worker exits; the engine starts it again and
-                        // replay (idempotent) starts over. Backends keep waiting.
-                        pgrx::error!("pasv recovery of database {} failed: {e}", self.db);
+                        self.recovery_failed(&e);
                     }
+                    self.slot.recovery_failures.store(0, Ordering::Release);
                     self.slot.slot.store(SLOT_READY, Ordering::Release);
                 }
                 Ok(None) => {
@@ -105,7 +110,7 @@ impl Worker<'_> {
                         "Check pasv tables for missing rows; the slot was dropped or never created (see earlier WARNINGs). pasv creates a new one now.",
                     );
                 }
-                Err(e) => pgrx::error!("pasv recovery of database {}: reading the slot: {e}", self.db),
+                Err(e) => self.recovery_failed(&format!("reading the slot: {e}")),
             }
             self.slot.recovery.store(DB_READY, Ordering::Release);
         }
@@ -263,6 +268,7 @@ impl Worker<'_> {
 
     /// Fast-forward the slot to `lsn` (PostgreSQL decodes from its restart_lsn).
     fn advance_slot(&self, lsn: u64) -> Step<()> {
+        crate::crash_point::reach(crate::crash_point::Point::SlotAdvance);
         self.spi_run(&format!("SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)", self.name, fmt_lsn(lsn)))
     }
 
@@ -279,6 +285,35 @@ impl Worker<'_> {
             engine_client::flush_cf(CfRef { db: row.db, rel: row.rel }).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// A recovery attempt failed: the worker exits with an ERROR and the
+    /// engine starts it again (replay is idempotent). After
+    /// [`MAX_RECOVERY_ATTEMPTS`] failures in a row the database is marked
+    /// failed: backends get an ERROR rather than wait forever.
+    fn recovery_failed(&self, e: &str) -> ! {
+        let failures = self.slot.recovery_failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures >= MAX_RECOVERY_ATTEMPTS {
+            self.slot.recovery.store(DB_RECOVERY_FAILED, Ordering::Release);
+            pgrx::ereport!(
+                pgrx::PgLogLevel::LOG,
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("pasv recovery of database {} failed {failures} times; its pasv tables are unavailable: {e}", self.db),
+                "Fix the cause, then run SELECT pasv.retry_recovery() in that database; or run SELECT pasv.abandon_recovery() there to use the tables without the changes that were not replayed."
+            );
+        }
+        pgrx::error!("pasv recovery of database {} failed (attempt {failures}): {e}", self.db);
+    }
+
+    /// While the database's recovery is marked failed, wait for a superuser's
+    /// retry or abandon. Returns false if the worker should stop.
+    fn wait_while_recovery_failed(&self) -> bool {
+        while self.slot.recovery.load(Ordering::Acquire) == DB_RECOVERY_FAILED {
+            if !BackgroundWorker::wait_latch(Some(Duration::from_millis(200))) || self.slot.dropping.load(Ordering::Acquire) != 0 {
+                return false;
+            }
+        }
+        true
     }
 
     /// Recovery (DESIGN §6.3): decode everything the slot retains and apply
@@ -310,7 +345,17 @@ impl Worker<'_> {
             end.saturating_sub(restart) >> 20,
             rows.len()
         );
-        let run = ReplayRun::new(self.db, cutoffs.clone(), take_crash_point());
+        let created = rows.iter().map(|r| (r.rel, r.created_lsn)).collect();
+        let crash_after = match take_crash_point() {
+            Some(CrashPoint::AbortAfter(n)) => Some(n),
+            Some(CrashPoint::Stall) => {
+                stall_until_stopped();
+                return Err("stopped while recovery was stalled (test hook replay_stall)".into());
+            }
+            Some(CrashPoint::Fail) => return Err("failed on purpose (test hook replay_fail)".into()),
+            None => None,
+        };
+        let run = ReplayRun::new(self.db, cutoffs.clone(), created, crash_after);
         let query = format!("SELECT count(*) FROM pg_logical_slot_peek_changes('{}', NULL, NULL)", self.name);
         let (decoded, run) = plugin::with_run(run, || self.spi(|| select_one(&query).map(|_| ())));
         decoded?;
@@ -439,15 +484,41 @@ fn write_report(
 /// The test crash point: `$PGDATA/pasv_crash_point` holding
 /// `replay_after_messages=N` makes the next recovery abort the process after
 /// N applied messages. Read once and removed (one shot).
-fn take_crash_point() -> Option<u64> {
+/// What `$PGDATA/pasv_crash_point` asks of the next recovery (one-shot; see
+/// `crate::crash_point`).
+enum CrashPoint {
+    /// `replay_after_messages=N`: abort after N applied messages.
+    AbortAfter(u64),
+    /// `replay_stall`: wait, recovering, until the server stops (tests of a
+    /// clean stop during recovery).
+    Stall,
+    /// `replay_fail`: every recovery fails until the file is removed (tests
+    /// of a recovery that cannot succeed).
+    Fail,
+}
+
+fn take_crash_point() -> Option<CrashPoint> {
     // SAFETY: DataDir is set.
     let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
     let path = PathBuf::from(dir.to_string_lossy().into_owned()).join("pasv_crash_point");
     let text = std::fs::read_to_string(&path).ok()?;
+    if text.trim() == "replay_fail" {
+        return Some(CrashPoint::Fail);
+    }
     let _ = std::fs::remove_file(&path);
+    if text.trim() == "replay_stall" {
+        pgrx::log!("pasv recovery: test hook armed: recovery stalls until the server stops");
+        return Some(CrashPoint::Stall);
+    }
     let n = text.trim().strip_prefix("replay_after_messages=")?.parse().ok()?;
     pgrx::log!("pasv recovery: crash point armed: abort after {n} applied messages");
-    Some(n)
+    Some(CrashPoint::AbortAfter(n))
+}
+
+/// Wait (at most 10 minutes) until this worker is asked to stop.
+fn stall_until_stopped() {
+    let until = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < until && BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {}
 }
 
 /// Used by DROP DATABASE: make the database's worker leave (it holds a

@@ -3,7 +3,7 @@
 
 use super::stream::RowStream;
 use super::visibility::Reader;
-use super::{cf_of, describe_row, rowid_from_tid, store_in_slot};
+use super::{cf_of, describe_row, rowid_from_tid};
 use pgrx::pg_sys;
 
 #[repr(C)]
@@ -53,7 +53,10 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         Some(row) => {
             describe_row(f.base.rel, &row, &mut f.tuple);
             super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
-            store_in_slot(&mut f.tuple, slot);
+            // A copy the slot owns: callers may end the fetch before they read
+            // the slot (unique_key_recheck does; heap's slot keeps a buffer
+            // pin), and ending it frees the stream's memory.
+            super::store_copy_in_slot(&mut f.tuple, slot);
             true
         }
         None => false,

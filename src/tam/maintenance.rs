@@ -26,6 +26,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     let doing = format!("vacuuming {}", rel_name(rel));
     let report = super::vacuum::vacuum_rows(rel, &cutoffs, &doing);
 
+    crate::crash_point::reach(crate::crash_point::Point::VacuumBetweenPasses);
     // Index entries of removed rows.
     if !report.dead_rowids.is_empty() {
         let mut nindexes = 0;
@@ -46,6 +47,16 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
         pg_sys::vac_close_indexes(nindexes, indexes, lock);
     }
 
+    // relfrozenxid is updated in place, durable at once, before VACUUM's
+    // transaction commits; its messages (freezes, removals) replay only if it
+    // does. So the versions it froze or removed reach disk first: a crash in
+    // between must not revive an unfrozen version older than relfrozenxid,
+    // whose CLOG may be truncated.
+    if report.frozen_versions > 0 || report.removed_versions > 0 {
+        if let Err(e) = crate::engine_client::flush_cf(cf_of(rel)) {
+            e.raise(&doing);
+        }
+    }
     let (blocks, _) = rowid_blocks(rel);
     let mut frozen_updated = false;
     let mut minmulti_updated = false;
@@ -61,6 +72,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
         &mut minmulti_updated,
         false,
     );
+    crate::crash_point::reach(crate::crash_point::Point::VacuumAfterRelfrozenxid);
     pg_sys::pgstat_report_vacuum((*rel).rd_id, false, report.live_rows as i64, report.removed_versions as i64);
     let verbose = !params.is_null() && (*params).options & pg_sys::VACOPT_VERBOSE != 0;
     let message = format!(

@@ -16,7 +16,7 @@ mod ssi;
 mod stream;
 mod toast;
 mod vacuum;
-mod versions;
+pub(crate) mod versions;
 mod visibility;
 
 use pasv_am::protocol::CfRef;
@@ -164,6 +164,14 @@ pub(crate) unsafe fn describe_row(rel: pg_sys::Relation, row: &stream::Row, tupl
     tuple.t_data = row.tuple as *mut pg_sys::HeapTupleHeaderData;
     tuple.t_tableOid = (*rel).rd_id;
     tid_from_rowid(row.rowid, &mut tuple.t_self);
+}
+
+/// Whether a stored version's creator committed (frozen ones did).
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn creator_committed(header: &pasv_am::row::RowHeader) -> bool {
+    rowops::creator_of(header) == rowops::Creator::Committed
 }
 
 /// Count every stored version of `cf` in `[start, end)` (diagnostics).

@@ -90,7 +90,11 @@ impl Pass {
             _ => false,
         };
         for (i, v) in versions.iter().enumerate() {
-            let dead = row_dead || v.creator == Creator::Aborted || all_visible.is_some_and(|k| i > k);
+            // The newest version of a live row stays even if its creator
+            // aborted: its number must not be written again (DESIGN §3, keys
+            // are never reused; replay would order our removal after the
+            // later write). The next UPDATE or DELETE prunes it.
+            let dead = row_dead || (v.creator == Creator::Aborted && i > 0) || all_visible.is_some_and(|k| i > k);
             let key = keys::row_key(rowid, v.version);
             if dead {
                 self.push(&key, &[], doing);

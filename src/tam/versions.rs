@@ -33,7 +33,8 @@ pub fn key_after(rowid: u64, version: u32) -> Option<[u8; ROW_KEY_LEN]> {
 
 /// Call `visit` for every version with a key in `[start, end)`, in key
 /// order, fetching `page` entries a round trip (0: as many as fit).
-/// `visit` returns false to stop early.
+/// `visit` returns false to stop early. A version whose header does not
+/// decode is an ERROR (DATA_CORRUPTED).
 ///
 /// # Safety
 /// Backend inside a transaction.
@@ -44,6 +45,32 @@ pub unsafe fn walk(
     page: u32,
     doing: &str,
     mut visit: impl FnMut(RawVersion<'_>) -> bool,
+) {
+    walk_raw(cf, start, end, page, doing, |rowid, version, value| {
+        let header = match RowHeader::decode(value) {
+            Ok((h, _)) => h,
+            Err(e) => error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                "The table's RocksDB data is damaged; restore from a backup.",
+            ),
+        };
+        visit(RawVersion { rowid, version, header, value })
+    });
+}
+
+/// As [`walk`], with each version's stored value undecoded (`pasv.verify`
+/// reports a bad header rather than failing on it).
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn walk_raw(
+    cf: CfRef,
+    start: [u8; ROW_KEY_LEN],
+    end: [u8; ROW_KEY_LEN],
+    page: u32,
+    doing: &str,
+    mut visit: impl FnMut(u64, u32, &[u8]) -> bool,
 ) {
     let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
     // palloc'd: an ERROR inside `visit` leaves it to the memory context.
@@ -64,16 +91,8 @@ pub unsafe fn walk(
         let mut last = None;
         for (key, value) in batch.iter() {
             let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
-            let header = match RowHeader::decode(value) {
-                Ok((h, _)) => h,
-                Err(e) => error::raise(
-                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
-                    "The table's RocksDB data is damaged; restore from a backup.",
-                ),
-            };
             last = Some((rowid, version));
-            if !visit(RawVersion { rowid, version, header, value }) {
+            if !visit(rowid, version, value) {
                 break 'pages;
             }
         }

@@ -1,0 +1,95 @@
+-- Named crash points (pasv.crash_point): the server is stopped at a chosen
+-- step of a change's life, and what comes back is exactly what committed.
+-- Each crash is triggered from a second session (the point aborts that
+-- session's process, or the engine), then this session waits (bounded) until
+-- the server log shows the crash restart and the server accepts queries.
+CREATE TABLE cp (id int PRIMARY KEY, v text) USING pasv;
+CREATE TABLE cp_drop (id int) USING pasv;
+INSERT INTO cp SELECT g, 'base' FROM generate_series(1, 100) g;
+DO $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN EXISTS (SELECT 1 FROM pasv.database_status
+                       WHERE datname = current_database() AND slot_state = 'ready');
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT * FROM pasv.crash_points() ORDER BY 1;
+
+-- Logged, never applied, never committed.
+SELECT pasv.crash_point('after_log_before_write');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "INSERT INTO cp VALUES (1001, 'logged only')" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*), max(id) FROM cp;
+-- Applied, never committed.
+SELECT pasv.crash_point('after_write_before_commit');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "INSERT INTO cp VALUES (1002, 'applied only')" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*), max(id) FROM cp;
+-- Committed (the commit record is durable), no flag written: replayed.
+SELECT pasv.crash_point('after_commit_before_flag');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "INSERT INTO cp VALUES (1003, 'committed, no flag')" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*), max(id) FROM cp;
+-- The engine dies as a memtable flush begins.
+INSERT INTO cp VALUES (1004, 'before the flush');
+SELECT pasv.crash_point('flag_flush');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT pasv.flush_table('cp'::regclass)" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*), max(id) FROM cp;
+-- The engine dies as it makes the WAL durable for a flush (the commit was
+-- asynchronous, so it may be lost with the WAL buffers; nothing else is).
+SELECT pasv.crash_point('flush_begin_wal');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SET synchronous_commit = off" -c "INSERT INTO cp VALUES (1005, 'asynchronous')" -c "SELECT pasv.flush_table('cp'::regclass)" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*) FILTER (WHERE id <= 1004) AS committed, count(*) FILTER (WHERE id = 1005) <= 1 AS async_at_most_once FROM cp;
+DELETE FROM cp WHERE id = 1005;
+-- CREATE TABLE and TRUNCATE in the creating transaction die before commit:
+-- no table, and recovery sweeps their column families.
+SELECT pasv.crash_point('create_table');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "CREATE TABLE cp_new (id int) USING pasv" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT to_regclass('cp_new') AS cp_new;
+SELECT pasv.crash_point('truncate');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "BEGIN" -c "CREATE TABLE cp_trunc (id int) USING pasv" -c "INSERT INTO cp_trunc VALUES (1)" -c "TRUNCATE cp_trunc" -c "COMMIT" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT to_regclass('cp_trunc') AS cp_trunc;
+-- DROP TABLE committed, its column family not dropped yet: swept.
+SELECT pasv.crash_point('drop_table');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "DROP TABLE cp_drop" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT to_regclass('cp_drop') AS cp_drop;
+SELECT count(*) AS orphan_column_families FROM pasv.column_families() c
+ WHERE c.database_oid = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND NOT EXISTS (SELECT 1 FROM pg_class WHERE relfilenode = c.relfilenumber);
+-- VACUUM dies between removing rows and removing their index entries.
+DELETE FROM cp WHERE id BETWEEN 11 AND 20;
+SELECT pasv.crash_point('vacuum_between_passes');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "VACUUM cp" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SET enable_seqscan = off;
+SELECT count(*) AS by_index FROM cp WHERE id BETWEEN 1 AND 2000;
+RESET enable_seqscan;
+SELECT count(*) AS by_scan FROM cp;
+INSERT INTO cp VALUES (15, 'after the vacuum crash');
+SELECT count(*) AS verify_problems FROM pasv.verify('cp'::regclass);
+-- VACUUM FREEZE dies after relfrozenxid moved (in place, durable) but
+-- before it committed: no unfrozen version may be older than relfrozenxid.
+UPDATE cp SET v = 'to freeze' WHERE id <= 50;
+SELECT pasv.crash_point('vacuum_after_relfrozenxid');
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "VACUUM (FREEZE) cp" >/dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*) AS verify_problems FROM pasv.verify('cp'::regclass);
+SELECT count(*) FROM cp;
+-- Replay dies midway (after 2 applied messages); the next recovery finishes.
+INSERT INTO cp SELECT g, 'replayed' FROM generate_series(2001, 2100) g;
+UPDATE cp SET v = 'replayed too' WHERE id <= 30;
+INSERT INTO cp SELECT g, 'replayed' FROM generate_series(2101, 2200) g;
+SELECT pasv.crash_point('replay_midway', 1);
+\! n=$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG"); "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m immediate -w restart > /dev/null 2>&1; for i in $(seq 1 300); do [ "$(grep -c "all server processes terminated; reinitializing" "$PASV_TEST_LOG")" -gt "$n" ] && "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
+\c
+SELECT count(*), count(*) FILTER (WHERE v = 'replayed too') AS updated FROM cp;
+SELECT count(*) AS verify_problems FROM pasv.verify('cp'::regclass);
+SELECT pasv.clear_crash_points();
+DROP TABLE cp;
