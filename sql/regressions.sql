@@ -57,3 +57,21 @@ SELECT * FROM pl WHERE k = 1 FOR UPDATE;
 PREPARE TRANSACTION 'pasv_locked';
 SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'pasv_locked';
 DROP TABLE pl;
+
+-- VACUUM FULL and CLUSTER form every row again for the new descriptor: a
+-- column added with a default after the row was stored keeps its value
+-- (the rewrite clears the catalog's missing values), a dropped one is gone.
+CREATE TABLE fd (k int PRIMARY KEY, d text) USING pasv;
+INSERT INTO fd VALUES (1, 'x'), (2, 'y');
+ALTER TABLE fd ADD COLUMN e int DEFAULT 7;
+ALTER TABLE fd DROP COLUMN d;
+INSERT INTO fd VALUES (3, 8);
+VACUUM FULL fd;
+SELECT * FROM fd ORDER BY k;
+ALTER TABLE fd ADD COLUMN f text DEFAULT 'later';
+CLUSTER fd USING fd_pkey;
+SELECT * FROM fd ORDER BY k;
+SET enable_seqscan = off;
+SELECT * FROM fd WHERE k = 2;
+RESET enable_seqscan;
+DROP TABLE fd;

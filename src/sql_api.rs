@@ -239,7 +239,7 @@ fn database_status_raw() -> TableIterator<
         name!(worker_pid, i32),
     ),
 > {
-    use crate::ipc::{DB_RECOVERING, SLOT_FAILED, SLOT_NONE, SLOT_NOT_NEEDED, SLOT_READY};
+    use crate::ipc::{DB_READY, SLOT_FAILED, SLOT_NONE, SLOT_NOT_NEEDED, SLOT_READY};
     use std::sync::atomic::Ordering;
     let mode = crate::guc::durability_name(crate::guc::durability()).to_string();
     let mut rows = Vec::new();
@@ -259,7 +259,7 @@ fn database_status_raw() -> TableIterator<
             rows.push((
                 pg_sys::Oid::from(db),
                 mode.clone(),
-                s.recovery.load(Ordering::Acquire) == DB_RECOVERING,
+                s.recovery.load(Ordering::Acquire) != DB_READY, // recovering, or failed to
                 slot_state.to_string(),
                 crate::replay::worker::slot_name(db),
                 crate::fmt_lsn(s.global_dpp.load(Ordering::Acquire)),

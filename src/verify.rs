@@ -1,4 +1,4 @@
-//! `pasv.verify(regclass)`: checks one pasv table and reports each problem
+//! `pasv.verify(regclass)` (over `pasv.verify_raw(oid)`): checks one pasv table and reports each problem
 //! as a row `(rowid, version, problem)`; a healthy table gives no rows. Never
 //! fails on bad data: a version that does not decode is a problem row.
 //!
@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashSet};
 type Problem = (Option<i64>, Option<i32>, String);
 
 #[pg_extern]
-fn verify(
+fn verify_raw(
     rel: pg_sys::Oid,
 ) -> TableIterator<'static, (name!(rowid, Option<i64>), name!(version, Option<i32>), name!(problem, String))> {
     // SAFETY: the relation is opened and closed here with AccessShareLock.
@@ -172,3 +172,14 @@ fn flags_ahead_of_wal(cf: CfRef, doing: &str) -> Vec<Problem> {
         })
         .collect()
 }
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION pasv.verify(rel regclass)
+  RETURNS TABLE (rowid bigint, version integer, problem text)
+  LANGUAGE sql STRICT AS 'SELECT * FROM pasv.verify_raw($1::oid)';
+COMMENT ON FUNCTION pasv.verify(regclass) IS 'Problems found in a pasv table (no rows: none)';
+"#,
+    name = "verify_function",
+    requires = [verify_raw]
+);

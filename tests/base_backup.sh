@@ -12,7 +12,7 @@ pg_bin=$1 host=$2 port=$3 pgdata=$4 copy_port=$5
 copy=$pgdata.copy
 copy_log=$copy.log
 fail() { echo "FAIL: $*"; exit 1; }
-q() { timeout 60 "$pg_bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$host" "$@"; }
+q() { timeout 60 "$pg_bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$host" -U postgres "$@"; }
 cleanup() {
   "$pg_bin/pg_ctl" -D "$copy" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$copy"

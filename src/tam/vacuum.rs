@@ -224,11 +224,13 @@ pub unsafe fn copy_rows(
                 t.t_data = tuple_bytes.as_mut_ptr() as *mut pg_sys::HeapTupleHeaderData;
                 t.t_tableOid = (*new).rd_id;
                 super::tid_from_rowid(rowid, &mut t.t_self);
-                let saved = super::toast::resave(new, &mut t);
+                let reformed = reform(old, new, &mut t);
+                let saved = super::toast::resave(new, reformed);
                 stored.extend_from_slice(std::slice::from_raw_parts((*saved).t_data as *const u8, (*saved).t_len as usize));
-                if saved != &mut t as *mut _ {
+                if saved != reformed {
                     pg_sys::heap_freetuple(saved);
                 }
+                pg_sys::heap_freetuple(reformed);
             }
             if !header.is_frozen() && precedes(header.xid, out.report.new_relfrozenxid) {
                 out.report.new_relfrozenxid = pg_sys::TransactionId::from(header.xid as u32);
@@ -270,6 +272,39 @@ pub unsafe fn copy_rows(
         removed_versions: out.report.removed_versions as f64,
         kept_dead_versions: kept_dead as f64,
     }
+}
+
+/// `tuple` of `old` formed again for `new`'s descriptor, its header's
+/// transaction fields kept (heap's reform_and_rewrite_tuple): attributes
+/// added since it was stored take their missing values (the rewrite ends
+/// with the catalog's missing values cleared, RelationClearMissing) and
+/// dropped ones become NULL. Palloc'd; the caller frees it.
+///
+/// # Safety
+/// Both relations open; `tuple` a valid heap tuple of `old`.
+unsafe fn reform(old: pg_sys::Relation, new: pg_sys::Relation, tuple: &mut pg_sys::HeapTupleData) -> pg_sys::HeapTuple {
+    let old_desc = (*old).rd_att;
+    let new_desc = (*new).rd_att;
+    let natts = (*old_desc).natts.max((*new_desc).natts).max(1) as usize;
+    let values = pg_sys::palloc0(natts * std::mem::size_of::<pg_sys::Datum>()) as *mut pg_sys::Datum;
+    let isnull = pg_sys::palloc0(natts * std::mem::size_of::<bool>()) as *mut bool;
+    pg_sys::heap_deform_tuple(tuple, old_desc, values, isnull);
+    for i in 0..(*new_desc).natts as usize {
+        if (*(*new_desc).attrs.as_ptr().add(i)).attisdropped {
+            *isnull.add(i) = true;
+        }
+    }
+    let formed = pg_sys::heap_form_tuple(new_desc, values, isnull);
+    let (from, to) = (tuple.t_data, (*formed).t_data);
+    (*to).t_choice = (*from).t_choice;
+    (*to).t_ctid = (*from).t_ctid;
+    (*to).t_infomask = ((*to).t_infomask & !(pg_sys::HEAP_XACT_MASK as u16)) | ((*from).t_infomask & pg_sys::HEAP_XACT_MASK as u16);
+    (*to).t_infomask2 = ((*to).t_infomask2 & !(pg_sys::HEAP2_XACT_MASK as u16)) | ((*from).t_infomask2 & pg_sys::HEAP2_XACT_MASK as u16);
+    (*formed).t_self = tuple.t_self;
+    (*formed).t_tableOid = tuple.t_tableOid;
+    pg_sys::pfree(values as *mut _);
+    pg_sys::pfree(isnull as *mut _);
+    formed
 }
 
 /// CLUSTER's new rowids: rows in the order of `index` (read with SnapshotAny,
