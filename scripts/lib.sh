@@ -151,6 +151,26 @@ ensure_pg() {
   say "PostgreSQL: $PG_VERSION ($PG_CONFIG)"
 }
 
+# psycopg (pinned) in $PASV_HOME/venv, for tests/diffcrash/diffcrash.py.
+# With PG_CONFIG set there may be no venv yet: create it.
+ensure_psycopg() {
+  local venv=$PASV_HOME/venv pin=3.2.13
+  if [ ! -x "$venv/bin/python" ]; then
+    say "creating Python venv $venv"
+    mkdir -p "$PASV_HOME"
+    python3 -m venv "$venv" || die "python3 -m venv $venv failed"
+  fi
+  if "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not all(m.version(p) == sys.argv[1] for p in ("psycopg", "psycopg-binary")))' \
+    "$pin" 2>/dev/null; then
+    say "psycopg $pin present in $venv"
+    return 0
+  fi
+  say "installing psycopg[binary]==$pin into $venv"
+  mkdir -p "$PASV_HOME/log"
+  run_logged "$PASV_HOME/log/pip-psycopg.log" "$venv/bin/pip" install --disable-pip-version-check "psycopg[binary]==$pin" ||
+    die "pip install psycopg[binary]==$pin failed (log: $PASV_HOME/log/pip-psycopg.log)"
+}
+
 ensure_cargo() {
   if [ -d "$HOME/.cargo/bin" ]; then
     case ":$PATH:" in *":$HOME/.cargo/bin:"*) ;; *) export PATH=$HOME/.cargo/bin:$PATH ;; esac
@@ -272,6 +292,7 @@ ensure_dirs() {
 setup_all() {
   ensure_apt
   ensure_pg
+  ensure_psycopg
   ensure_cargo_pgrx
   ensure_pgrx_init
   ensure_os_user

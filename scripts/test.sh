@@ -27,7 +27,8 @@ FAILED_STEPS=()
 TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
 TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench" "$TEST_DIR/crash"
-  "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica")
+  "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica"
+  "$TEST_DIR/diffcrash" "$TEST_DIR/backup")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -239,6 +240,22 @@ run_crash_ledger() {
     "$PASV_ROOT/tests/crash_ledger.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/crash" 6
 }
 
+# tests/diff_crash.sh: pasv tables against heap twins under the same
+# transactions, checked after every crash (short mode: 4 seeds, 12 crashes).
+run_diff_crash() {
+  local port=$1
+  ensure_traversable "$(readlink -f "$PASV_HOME/venv/bin/python")" # the driver runs as $PASV_USER
+  run_on_fresh_cluster "differential crash test" "$TEST_DIR/diffcrash" "$port" "max_connections = 50" \
+    "$PASV_ROOT/tests/diff_crash.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/diffcrash"
+}
+
+# tests/base_backup.sh: a pg_basebackup copy refuses to serve pasv tables.
+run_base_backup() {
+  local port=$1
+  run_on_fresh_cluster "base backup refused" "$TEST_DIR/backup" "$port" "" \
+    "$PASV_ROOT/tests/base_backup.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/backup" "$((port + 1))"
+}
+
 if [ ! -x "$PG_REGRESS" ]; then
   step_failed "pg_regress not found at $PG_REGRESS"
 else
@@ -255,6 +272,8 @@ else
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
     run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
+    run_base_backup "$((PASV_TEST_PORT + 7))"
     run_crash_ledger "$((PASV_TEST_PORT + 5))"
+    run_diff_crash "$((PASV_TEST_PORT + 6))"
   fi
 fi

@@ -75,6 +75,15 @@ TRUNCATE dh_b5;
 INSERT INTO dh_b5 SELECT generate_series(21, 23);
 COMMIT;
 
+-- VACUUM FULL of a table with TOAST values: recovery decodes the WAL it
+-- wrote (decoding failed on its TOAST inserts, which it cannot map to a
+-- relation, so recovery never finished).
+CREATE TABLE dh_toast (id int PRIMARY KEY, t text) USING pasv;
+INSERT INTO dh_toast SELECT g, (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 1250) i)
+  FROM generate_series(1, 20) g;
+VACUUM FULL dh_toast;
+INSERT INTO dh_toast VALUES (21, 'after the rewrite');
+
 -- 3. An insert in flight at the crash: its btree entries survive (PostgreSQL
 -- WAL), its rows do not; their rowids must never be handed out again.
 INSERT INTO dh_b6 VALUES (1, 'one');
@@ -82,6 +91,7 @@ BEGIN;
 INSERT INTO dh_b6 SELECT g, 'in flight' FROM generate_series(100, 199) g;
 \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m immediate -w restart > /dev/null 2>&1
 \c
+SELECT count(*), sum(length(t)) FROM dh_toast;
 SELECT * FROM dh_b1 ORDER BY id;
 SELECT count(*), sum(id) FROM dh_b4;
 SELECT array_agg(id ORDER BY id) FROM dh_b5;
@@ -119,4 +129,4 @@ SELECT recovering FROM pasv.database_status WHERE datname = current_database();
 SELECT pasv.retry_recovery();
 SELECT count(*) FROM dh_b7;
 SELECT pasv.retry_recovery() AS nothing_to_retry;
-DROP TABLE dh_b1, dh_b1x, dh_b4, dh_b5, dh_b6, dh_b7;
+DROP TABLE dh_b1, dh_b1x, dh_b4, dh_b5, dh_b6, dh_b7, dh_toast;

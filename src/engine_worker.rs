@@ -130,13 +130,11 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     };
     if let Err(e) = check_not_a_restored_copy() {
         header.engine_state.store(ENGINE_FAILED, Ordering::Release);
-        pgrx::ereport!(
-            pgrx::PgLogLevel::ERROR,
+        crate::error::raise(
             pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("pasv engine: {e}"),
-            "pasv does not support base backups or standbys yet: its RocksDB copy may be torn, and nothing replays pasv's changes into it. Move pasv tables with pg_dump or COPY instead."
+            "pasv does not support base backups or standbys yet: its RocksDB copy may be torn, and nothing replays pasv's changes into it. Move pasv tables with pg_dump or COPY instead.",
         );
-        unreachable!()
     }
     let started = Instant::now();
     let flusher = Arc::new(WalFlusher::new());
@@ -145,13 +143,11 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         Ok(engine) => Arc::new(engine),
         Err(e) => {
             header.engine_state.store(ENGINE_FAILED, Ordering::Release);
-            pgrx::ereport!(
-                pgrx::PgLogLevel::ERROR,
+            crate::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_IO_ERROR,
                 format!("pasv engine could not open RocksDB at {}: {e}", data_dir().display()),
-                "Check the directory's permissions and free space; the engine retries every 5 seconds."
+                "Check the directory's permissions and free space; the engine retries every 5 seconds.",
             );
-            unreachable!()
         }
     };
 

@@ -12,6 +12,12 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: impl Into<S
     unreachable!("ERROR returned")
 }
 
+/// Write a LOG line with a HINT to the server log (workers' conditions an
+/// administrator must act on).
+pub fn log(code: PgSqlErrorCode, message: impl Into<String>, hint: impl Into<String>) {
+    ErrorReport::new(code, message.into(), "pasv").set_hint(hint).report(PgLogLevel::LOG);
+}
+
 /// Emit a WARNING with a HINT (for commit/abort paths, which must not ERROR).
 pub fn warn(code: PgSqlErrorCode, message: impl Into<String>, hint: impl Into<String>) {
     ErrorReport::new(code, message.into(), "pasv").set_hint(hint).report(PgLogLevel::WARNING);

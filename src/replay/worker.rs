@@ -295,11 +295,10 @@ impl Worker<'_> {
         let failures = self.slot.recovery_failures.fetch_add(1, Ordering::AcqRel) + 1;
         if failures >= MAX_RECOVERY_ATTEMPTS {
             self.slot.recovery.store(DB_RECOVERY_FAILED, Ordering::Release);
-            pgrx::ereport!(
-                pgrx::PgLogLevel::LOG,
+            crate::error::log(
                 PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
                 format!("pasv recovery of database {} failed {failures} times; its pasv tables are unavailable: {e}", self.db),
-                "Fix the cause, then run SELECT pasv.retry_recovery() in that database; or run SELECT pasv.abandon_recovery() there to use the tables without the changes that were not replayed."
+                "Fix the cause, then run SELECT pasv.retry_recovery() in that database; or run SELECT pasv.abandon_recovery() there to use the tables without the changes that were not replayed.",
             );
         }
         pgrx::error!("pasv recovery of database {} failed (attempt {failures}): {e}", self.db);

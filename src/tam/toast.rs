@@ -74,12 +74,17 @@ pub unsafe fn delete_external(rel: pg_sys::Relation, old: pg_sys::HeapTuple) {
 /// CLUSTER / VACUUM FULL: save `tuple`'s external values again into
 /// `rel`'s TOAST relation (whose `rd_toastoid` makes them keep their value
 /// OIDs and point at the TOAST table that will hold them after the swap).
+/// Not logically logged, like heap's rewrite: logical decoding (pasv's
+/// replay) cannot map the transient TOAST table's inserts to a relation and
+/// fails on them.
 ///
 /// # Safety
 /// `rel` open; `tuple` a valid heap tuple of `rel`'s row type.
 pub unsafe fn resave(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
     if has_external(tuple) {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| heap_toast_insert_or_update(rel, tuple, std::ptr::null_mut(), 0))
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            heap_toast_insert_or_update(rel, tuple, std::ptr::null_mut(), pg_sys::HEAP_INSERT_NO_LOGICAL as i32)
+        })
     } else {
         tuple
     }
