@@ -109,6 +109,8 @@ SELECT count(*) AS verify_problems FROM pasv.verify('dh_b6'::regclass);
 INSERT INTO dh_b7 SELECT g, 'memtable only' FROM generate_series(1, 1000) g;
 \! echo replay_stall > "$PASV_TEST_PGDATA/pasv_crash_point"
 \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m immediate -w restart > /dev/null 2>&1
+-- (bounded wait until the replay worker took the hook: it is recovering)
+\! for i in $(seq 1 300); do [ -e "$PASV_TEST_PGDATA/pasv_crash_point" ] || break; sleep 0.1; done
 \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m fast -w -t 60 stop > /dev/null 2>&1
 \! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -w start > /dev/null 2>&1
 \c

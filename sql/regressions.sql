@@ -75,3 +75,57 @@ SET enable_seqscan = off;
 SELECT * FROM fd WHERE k = 2;
 RESET enable_seqscan;
 DROP TABLE fd;
+
+-- Index builds (REINDEX, and the rebuild that ends VACUUM FULL and CLUSTER)
+-- keep rows deleted or moved after an older snapshot was taken reachable
+-- through the indexes, as heap's keep recently dead tuples; a unique index
+-- holds the old and the new rowid of a moved row without a duplicate error.
+CREATE TABLE vf (k int PRIMARY KEY, u int UNIQUE, v int, t text) USING pasv;
+CREATE INDEX vf_v ON vf (v);
+CREATE TABLE vf_other (x int);
+INSERT INTO vf SELECT g, g, g, 'r' || g FROM generate_series(200, 240) g;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS snapshot_taken FROM vf_other;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE vf SET v = v + 5 WHERE k = 214" -c "DELETE FROM vf WHERE k = 220"
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "VACUUM FULL vf"
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT count(*), sum(k) FROM vf WHERE u BETWEEN 209 AND 230;
+SELECT k, v FROM vf WHERE k IN (214, 220) ORDER BY k;
+SELECT k, v FROM vf WHERE v IN (214, 219) ORDER BY k;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = on;
+SELECT count(*), sum(k) FROM vf WHERE u BETWEEN 209 AND 230;
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS snapshot_taken FROM vf_other;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE vf SET u = -u WHERE k = 216" -c "DELETE FROM vf WHERE k = 222"
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "CLUSTER vf USING vf_pkey"
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT count(*), sum(k) FROM vf WHERE u BETWEEN 209 AND 230;
+SELECT k, u FROM vf WHERE k IN (216, 222) ORDER BY k;
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS snapshot_taken FROM vf_other;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE vf SET v = 0 WHERE k = 218" -c "DELETE FROM vf WHERE k = 224"
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "REINDEX TABLE vf"
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT count(*), sum(k) FROM vf WHERE u BETWEEN 209 AND 230;
+SELECT k, v FROM vf WHERE k IN (218, 224) ORDER BY k;
+COMMIT;
+-- A new snapshot sees the moved rows once, at their new values, and the
+-- unique indexes still refuse duplicates of live rows.
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT count(*), sum(k) FROM vf WHERE u BETWEEN 209 AND 230;
+SELECT k, u, v FROM vf WHERE k IN (214, 216, 218, 220, 222, 224) ORDER BY k;
+SELECT k, v FROM vf WHERE v IN (0, 214, 219) ORDER BY k;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+INSERT INTO vf VALUES (300, 214, 0, 'dup');
+INSERT INTO vf VALUES (214, 300, 0, 'dup');
+VACUUM FULL vf;
+SELECT count(*), sum(k), sum(u), sum(v) FROM vf;
+DROP TABLE vf, vf_other;

@@ -103,6 +103,14 @@ pub(crate) fn wait_engine_ready(chan: &Channel) -> Result<(), ChannelError> {
             ENGINE_FAILED => return Err(ChannelError::EngineFailed),
             _ => {}
         }
+        // A pasv worker asked to stop (the server shuts down, the engine
+        // with it) must not hold the shutdown up waiting for the engine.
+        // Backends never see the flag; SIGTERM ends their wait in `nap`.
+        // SAFETY: plain read of a backend global.
+        let is_worker = unsafe { !pg_sys::MyBgworkerEntry.is_null() };
+        if is_worker && pgrx::bgworkers::BackgroundWorker::sigterm_received() {
+            return Err(ChannelError::EngineDown);
+        }
         if start.elapsed() >= timeout {
             return Err(ChannelError::StartTimeout(timeout.as_secs()));
         }

@@ -131,8 +131,14 @@ pub unsafe extern "C-unwind" fn scan_analyze_next_tuple(
     }
 }
 
-/// Feed every row whose creator did not abort to the index build callback
-/// (CREATE INDEX holds a lock that excludes concurrent writers).
+/// Feed the index build callback every row some snapshot may still see
+/// (CREATE INDEX holds a lock that excludes concurrent writers), as heap's
+/// does under SnapshotAny: rows whose newest version (by a creator that did
+/// not abort) is a tuple, alive; rows deleted or moved by a transaction not
+/// older than OldestXmin, through the version below the tombstone and not
+/// alive (kept out of unique checks and reltuples, as HEAPTUPLE_RECENTLY_DEAD).
+/// REINDEX, and the rebuild that ends VACUUM FULL and CLUSTER, must keep
+/// those reachable for snapshots taken before the delete or move.
 #[pgrx::pg_guard]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C-unwind" fn index_build_range_scan(
@@ -164,6 +170,7 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
     };
     let s = &mut *(scan as *mut PasvScan);
     s.build_live = true;
+    s.build_horizon = pg_sys::GetOldestNonRemovableTransactionId(table_rel);
     if own_scan && numblocks != pg_sys::InvalidBlockNumber {
         let lo = u64::from(start_blockno) * ROWS_PER_BLOCK;
         s.stream.set_range(lo, lo + u64::from(numblocks) * ROWS_PER_BLOCK);
@@ -186,8 +193,11 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         }
         pg_sys::FormIndexDatum(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
         let mut tid = (*slot).tts_tid;
-        callback(index_rel, &mut tid, values.as_mut_ptr(), isnull.as_mut_ptr(), true, callback_state);
-        reltuples += 1.0;
+        let alive = !s.stream.recently_dead;
+        callback(index_rel, &mut tid, values.as_mut_ptr(), isnull.as_mut_ptr(), alive, callback_state);
+        if alive {
+            reltuples += 1.0;
+        }
     }
 
     pg_sys::ExecDropSingleTupleTableSlot(slot);

@@ -19,8 +19,10 @@ const PARALLEL_CHUNK: u64 = 16 * ROWS_PER_BLOCK;
 pub struct PasvScan {
     pub base: pg_sys::TableScanDescData,
     pub stream: RowStream,
-    /// Index builds read every version whose creator did not abort.
+    /// Index builds and ANALYZE read every version whose creator did not abort.
     pub build_live: bool,
+    /// Index builds: heap's OldestXmin (`Reader::Build`); invalid otherwise.
+    pub build_horizon: pg_sys::TransactionId,
     /// The rowid range of a non-parallel scan (whole table, TID range, or
     /// one bitmap block).
     range_lo: u64,
@@ -51,7 +53,9 @@ pub struct PasvParallelScan {
 
 impl PasvScan {
     pub fn reader(&self) -> Reader {
-        if self.build_live {
+        if self.build_live && self.build_horizon != pg_sys::InvalidTransactionId {
+            Reader::Build(self.build_horizon)
+        } else if self.build_live {
             Reader::BuildLive
         } else {
             Reader::Snapshot(self.base.rs_snapshot)

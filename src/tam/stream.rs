@@ -53,6 +53,9 @@ pub struct RowStream {
     rewound: bool,
     /// Set by readers that must report serializable rw-conflicts.
     pub ssi_rel: pg_sys::Relation,
+    /// Index builds (`Reader::Build`): the row just returned is deleted or
+    /// moved for newer snapshots but still visible to older ones.
+    pub recently_dead: bool,
 }
 
 /// A resolved row: the visible version's tuple bytes (inside the stream's
@@ -89,6 +92,7 @@ impl RowStream {
             group_last_version: 0,
             rewound: false,
             ssi_rel: std::ptr::null_mut(),
+            recently_dead: false,
         }
     }
 
@@ -198,6 +202,7 @@ impl RowStream {
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
                 self.pending_delete = pg_sys::InvalidTransactionId;
+                self.recently_dead = false;
                 visibility::begin_row(reader);
             }
             self.pos += 1;
@@ -228,6 +233,14 @@ impl RowStream {
             }
             if header.is_tombstone() && skip_tombstones {
                 continue; // SnapshotAny: the newest tuple-bearing version
+            }
+            if let Reader::Build(horizon) = reader {
+                if header.is_tombstone() && !visibility::dead_to_all(&header, horizon) {
+                    // Deleted or moved, but a snapshot older than the horizon
+                    // still sees the version below: index that one, not alive.
+                    self.recently_dead = true;
+                    continue;
+                }
             }
             // This version decides the row.
             self.decided = Some(e.rowid);

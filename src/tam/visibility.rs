@@ -14,8 +14,13 @@ use pgrx::pg_sys;
 pub enum Reader {
     /// A PostgreSQL snapshot of any kind.
     Snapshot(pg_sys::Snapshot),
-    /// Index builds: every version whose creator did not abort.
+    /// ANALYZE: every version whose creator did not abort.
     BuildLive,
+    /// Index builds: as `BuildLive`, but a tombstone (delete or move) not yet
+    /// gone for everyone — its creator does not precede this horizon, heap's
+    /// OldestXmin — does not decide the row: older snapshots still see the
+    /// version below it, which must stay reachable through the index.
+    Build(pg_sys::TransactionId),
 }
 
 fn xid_of(h: &RowHeader) -> pg_sys::TransactionId {
@@ -47,7 +52,7 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
     }
     let xid = xid_of(h);
     let snapshot = match reader {
-        Reader::BuildLive => {
+        Reader::BuildLive | Reader::Build(_) => {
             return pg_sys::TransactionIdIsCurrentTransactionId(xid)
                 || pg_sys::TransactionIdIsInProgress(xid)
                 || pg_sys::TransactionIdDidCommit(xid);
@@ -126,6 +131,22 @@ pub unsafe fn dirty_pending_delete(h: &RowHeader, reader: Reader) -> Option<pg_s
     // creator_visible recorded the deleter as xmin; the older version decides xmin.
     (*s).xmin = pg_sys::InvalidTransactionId;
     Some(xid)
+}
+
+/// Index builds: whether tombstone `h` (whose creator did not abort) is gone
+/// for every snapshot — frozen, or committed before `horizon` (heap's
+/// HEAPTUPLE_DEAD, as opposed to RECENTLY_DEAD / DELETE_IN_PROGRESS).
+///
+/// # Safety
+/// As [`creator_visible`].
+pub unsafe fn dead_to_all(h: &RowHeader, horizon: pg_sys::TransactionId) -> bool {
+    if h.is_frozen() {
+        return true;
+    }
+    let xid = xid_of(h);
+    !pg_sys::TransactionIdIsCurrentTransactionId(xid)
+        && pg_sys::TransactionIdPrecedes(xid, horizon)
+        && pg_sys::TransactionIdDidCommit(xid)
 }
 
 /// Whether `reader` looks through tombstones to the newest tuple-bearing
