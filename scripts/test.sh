@@ -28,7 +28,7 @@ TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
 TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench" "$TEST_DIR/crash"
   "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica"
-  "$TEST_DIR/diffcrash" "$TEST_DIR/backup")
+  "$TEST_DIR/diffcrash" "$TEST_DIR/backup" "$TEST_DIR/diskfull")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -182,7 +182,9 @@ run_regress() {
 }
 
 # run_on_fresh_cluster LABEL DATADIR PORT SETTINGS COMMAND...: a fresh
-# cluster with SETTINGS (newline-separated) added to pasv.conf, COMMAND run
+# cluster with SETTINGS (newline-separated) added to pasv.conf (and, if
+# BEFORE_START names a function, that function called with DATADIR before the
+# server starts), COMMAND run
 # as the server's OS user and counted as one test; on failure the end of the
 # server log (and of DATADIR/crash.log, where the crash ledger restarts the
 # server) is printed.
@@ -192,6 +194,7 @@ run_on_fresh_cluster() {
   log=$data.log
   init_cluster "$data" "$port"
   if [ -n "$settings" ]; then printf '%s\n' "$settings" >>"$data/pasv.conf"; fi
+  if [ -n "${BEFORE_START:-}" ]; then "$BEFORE_START" "$data"; fi
   start_cluster "$data" "$log"
   wait_ready "$port"
   if as_pasv "$@"; then
@@ -256,11 +259,35 @@ run_base_backup() {
     "$PASV_ROOT/tests/base_backup.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/backup" "$((port + 1))"
 }
 
+# tests/disk_full.sh: pasv's store on a small filesystem (a 64 MB tmpfs)
+# fills up. Mounting needs root; as another user the test is skipped.
+DISK_FULL_STORE=$TEST_DIR/diskfull-store
+store_on_small_fs() {
+  ln -sfn "$DISK_FULL_STORE" "$1/pasv"
+  chown -h "$PASV_USER:$PASV_USER" "$1/pasv"
+}
+run_disk_full() {
+  local port=$1
+  if ! is_root; then
+    note "disk full test skipped: mounting a small filesystem needs root"
+    return 0
+  fi
+  pasv_dir "$DISK_FULL_STORE"
+  if ! mount -t tmpfs -o size=64m,uid="$(id -u "$PASV_USER")",mode=0700 pasv_disk_full "$DISK_FULL_STORE"; then
+    step_failed "disk full: cannot mount a tmpfs on $DISK_FULL_STORE"
+    return 0
+  fi
+  BEFORE_START=store_on_small_fs run_on_fresh_cluster "disk full" "$TEST_DIR/diskfull" "$port" "pasv.memtable_budget = '8MB'" \
+    "$PASV_ROOT/tests/disk_full.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/diskfull" "$DISK_FULL_STORE"
+  umount "$DISK_FULL_STORE"
+}
+
 if [ ! -x "$PG_REGRESS" ]; then
   step_failed "pg_regress not found at $PG_REGRESS"
 else
   say "fresh test clusters under $TEST_DIR"
   stop_test_clusters
+  if is_root && mountpoint -q "$DISK_FULL_STORE"; then umount "$DISK_FULL_STORE"; fi
   rm -rf "$TEST_DIR"
   pasv_dir "$TEST_DIR"
   ensure_traversable "$PASV_ROOT/sql"
@@ -273,6 +300,7 @@ else
     run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
     run_base_backup "$((PASV_TEST_PORT + 7))"
+    run_disk_full "$((PASV_TEST_PORT + 9))"
     run_crash_ledger "$((PASV_TEST_PORT + 5))"
     run_diff_crash "$((PASV_TEST_PORT + 6))"
   fi
