@@ -259,7 +259,7 @@ run_base_backup() {
     "$PASV_ROOT/tests/base_backup.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/backup" "$((port + 1))"
 }
 
-# tests/disk_full.sh: pasv's store on a small filesystem (a 64 MB tmpfs)
+# tests/disk_full.sh: pasv's store on a small filesystem (a 160 MB tmpfs)
 # fills up. Mounting needs root; as another user the test is skipped.
 DISK_FULL_STORE=$TEST_DIR/diskfull-store
 store_on_small_fs() {
@@ -273,7 +273,7 @@ run_disk_full() {
     return 0
   fi
   pasv_dir "$DISK_FULL_STORE"
-  if ! mount -t tmpfs -o size=64m,uid="$(id -u "$PASV_USER")",mode=0700 pasv_disk_full "$DISK_FULL_STORE"; then
+  if ! mount -t tmpfs -o size=160m,uid="$(id -u "$PASV_USER")",mode=0700 pasv_disk_full "$DISK_FULL_STORE"; then
     step_failed "disk full: cannot mount a tmpfs on $DISK_FULL_STORE"
     return 0
   fi

@@ -89,23 +89,44 @@ fn column_families() -> TableIterator<
     TableIterator::new(rows)
 }
 
+/// Open `rel` with AccessShareLock for the SQL function `what`, which needs
+/// a pasv table (an ERROR with a HINT otherwise). The caller closes it with
+/// the same lock.
+///
+/// # Safety
+/// A backend inside a transaction.
+pub(crate) unsafe fn open_pasv_table(rel: pg_sys::Oid, what: &str) -> pg_sys::Relation {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let r = pg_sys::relation_open(rel, lock);
+    if !crate::tam::is_pasv(r) {
+        pg_sys::relation_close(r, lock);
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!("{what} needs a pasv table"),
+            "Pass a table created USING pasv.",
+        );
+    }
+    r
+}
+
+/// The column family of pasv table `rel`, for the SQL function `what`.
+fn pasv_cf(rel: pg_sys::Oid, what: &str) -> pasv_am::protocol::CfRef {
+    // SAFETY: opened and closed here with AccessShareLock.
+    unsafe {
+        let r = open_pasv_table(rel, what);
+        let cf = crate::tam::cf_of(r);
+        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        cf
+    }
+}
+
 /// Number of stored versions (live, dead and tombstones) of a pasv table:
 /// what VACUUM and pruning reduce. Reads the whole column family.
 #[pg_extern]
 fn table_versions(rel: pg_sys::Oid) -> i64 {
-    // SAFETY: the relation is opened and closed here with AccessShareLock.
+    let cf = pasv_cf(rel, "pasv.table_versions()");
+    // SAFETY: a backend inside a transaction.
     unsafe {
-        let r = pg_sys::relation_open(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        if !crate::tam::is_pasv(r) {
-            pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                "pasv.table_versions() needs a pasv table",
-                "Pass a table created USING pasv.",
-            );
-        }
-        let cf = crate::tam::cf_of(r);
-        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let (start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
         let mut count = 0i64;
         crate::tam::count_versions(cf, start, end, &mut count);
@@ -129,20 +150,9 @@ fn versions(
         name!(frozen, bool),
     ),
 > {
-    // SAFETY: the relation is opened and closed here with AccessShareLock.
+    let cf = pasv_cf(rel, "pasv.versions()");
+    // SAFETY: a backend inside a transaction.
     let rows = unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let r = pg_sys::relation_open(rel, lock);
-        if !crate::tam::is_pasv(r) {
-            pg_sys::relation_close(r, lock);
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                "pasv.versions() needs a pasv table",
-                "Pass a table created USING pasv.",
-            );
-        }
-        let cf = crate::tam::cf_of(r);
-        pg_sys::relation_close(r, lock);
         let (start, end) = pasv_am::keys::row_range(0, pasv_am::keys::MAX_ROWID + 1);
         let mut rows = Vec::new();
         crate::tam::versions::walk(cf, start, end, 0, "listing versions", |v| {
@@ -349,21 +359,7 @@ COMMENT ON VIEW pasv.recovery_report IS 'The last pasv recovery of this database
 /// durable up to the table's newest logged change.
 #[pg_extern]
 fn flush_table(rel: pg_sys::Oid) {
-    // SAFETY: the relation is opened and closed here with AccessShareLock.
-    let cf = unsafe {
-        let r = pg_sys::relation_open(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        if !crate::tam::is_pasv(r) {
-            pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                "pasv.flush_table() needs a pasv table",
-                "Pass a table created USING pasv.",
-            );
-        }
-        let cf = crate::tam::cf_of(r);
-        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        cf
-    };
+    let cf = pasv_cf(rel, "pasv.flush_table()");
     if let Err(e) = engine_client::flush_cf(cf) {
         e.raise("flushing a table");
     }

@@ -30,18 +30,9 @@ fn verify_raw(
 ) -> TableIterator<'static, (name!(rowid, Option<i64>), name!(version, Option<i32>), name!(problem, String))> {
     // SAFETY: the relation is opened and closed here with AccessShareLock.
     let problems = unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let r = pg_sys::relation_open(rel, lock);
-        if !crate::tam::is_pasv(r) {
-            pg_sys::relation_close(r, lock);
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                "pasv.verify() needs a pasv table",
-                "Pass a table created USING pasv.",
-            );
-        }
+        let r = crate::sql_api::open_pasv_table(rel, "pasv.verify()");
         let problems = check(r);
-        pg_sys::relation_close(r, lock);
+        pg_sys::relation_close(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         problems
     };
     TableIterator::new(problems)

@@ -54,13 +54,9 @@ pub unsafe fn pad_past_current_page() {
     });
 }
 
-/// The end of the WAL inserted so far: a position `XLogFlush` can reach.
-///
-/// `GetXLogInsertRecPtr` is where the next record will start; at a page
-/// boundary that is past the next page's header, which is not written until
-/// that record is, so flushing to it fails ("xlog flush request … is not
-/// satisfied"). Every record inserted so far ends at or before the page
-/// boundary then.
+/// The end of the WAL inserted so far: a position `XLogFlush` can reach
+/// (not `GetXLogInsertRecPtr` itself, which at a page boundary lies past an
+/// unwritten page header; see `pasv_am::wal_order::inserted_wal_end`).
 pub fn inserted_end() -> pg_sys::XLogRecPtr {
     // SAFETY: plain reads of WAL state and of a setting.
     let (next, segment) = unsafe { (pg_sys::GetXLogInsertRecPtr(), pg_sys::wal_segment_size as u64) };
