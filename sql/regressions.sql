@@ -129,3 +129,41 @@ INSERT INTO vf VALUES (214, 300, 0, 'dup');
 VACUUM FULL vf;
 SELECT count(*), sum(k), sum(u), sum(v) FROM vf;
 DROP TABLE vf, vf_other;
+
+-- An UPDATE that waits for the row lock of a writer that then rolls back
+-- builds its new row from the version it saw, not from the writer's aborted
+-- one (the executor fetches the old row by TID with SnapshotAny before it
+-- waits). Sessions are ordered with an advisory lock; every wait is bounded.
+CREATE TABLE ab (k int PRIMARY KEY, v int, t text) USING pasv;
+INSERT INTO ab VALUES (1, 5, NULL);
+SELECT pg_advisory_lock(4242);
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "BEGIN" -c "UPDATE ab SET t = 'rolled back' WHERE k = 1" -c "SELECT pg_advisory_lock(4242)" -c "ROLLBACK" > /dev/null 2>&1 &
+DO $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted);
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE ab SET v = v + 4 WHERE k = 1" > /dev/null 2>&1 &
+DO $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+                       WHERE query = 'UPDATE ab SET v = v + 4 WHERE k = 1' AND wait_event_type = 'Lock');
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT pg_advisory_unlock(4242);
+DO $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'UPDATE ab SET v = v + 4%');
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT * FROM ab;
+DROP TABLE ab;

@@ -80,13 +80,16 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
             }
             pg_sys::TransactionIdDidCommit(xid)
         }
-        // "Any" version the row has, short of those whose creator aborted
-        // (which never existed); tombstones are skipped by the caller, so
-        // a TID fetch returns the newest tuple, e.g. the OLD row of a trigger.
+        // The version the executor may refer to by TID: the newest one this
+        // transaction wrote or that committed (tombstones are skipped by the
+        // caller). Never another transaction's uncommitted version: heap's
+        // TID names the exact version the statement saw, and an UPDATE
+        // fetches its old row this way (SnapshotAny) before it waits for the
+        // row's lock; a version of a writer that then aborts must not become
+        // the base of its new row.
         SNAPSHOT_ANY => {
             pg_sys::TransactionIdIsCurrentTransactionId(xid)
-                || pg_sys::TransactionIdIsInProgress(xid)
-                || pg_sys::TransactionIdDidCommit(xid)
+                || (!pg_sys::TransactionIdIsInProgress(xid) && pg_sys::TransactionIdDidCommit(xid))
         }
         SNAPSHOT_DIRTY => {
             if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
