@@ -24,7 +24,10 @@ FREEZE), ANALYZE, SET CONSTRAINTS ALL DEFERRED and synchronous_commit = off.
 
 Why the twins stay equal without crashes: a transaction runs in REPEATABLE
 READ or SERIALIZABLE (both statements of a pair see one snapshot), or in READ
-COMMITTED after LOCK TABLE ... IN EXCLUSIVE MODE on every pair it touches.
+COMMITTED after LOCK TABLE ... IN EXCLUSIVE MODE on every pair it touches;
+transactions with INSERT ... ON CONFLICT take those locks at every isolation
+level, because ON CONFLICT decides on the latest committed rows, not the
+snapshot.
 The pasv statement always runs first, so a concurrent writer is serialized on
 the pasv twin (row locks, unique checks waiting for in-progress inserts)
 before it reaches the heap twin. Statements are deterministic: no LIMIT
@@ -204,6 +207,18 @@ class Txn:
     iso: str = "REPEATABLE READ"  # READ COMMITTED only with the touched pairs locked
     commit: bool = True
     autocommit: bool = False  # VACUUM: each statement on its own
+
+
+def has_on_conflict(steps: list) -> bool:
+    """Whether a step is an INSERT ... ON CONFLICT (its arbitration reads the latest rows, not the snapshot)."""
+    for s in steps:
+        if isinstance(s, Pair) and "ON CONFLICT" in s.tpl:
+            return True
+        if isinstance(s, Plain) and "ON CONFLICT" in s.sql:
+            return True
+        if isinstance(s, Savepoint) and has_on_conflict(s.steps):
+            return True
+    return False
 
 
 def txn_pairs(steps: list) -> set[str]:
@@ -406,6 +421,11 @@ class Workload:
             txn.iso = "SERIALIZABLE"
         elif r < 0.3:
             txn.iso = "READ COMMITTED"
+        # ON CONFLICT decides on the latest committed rows, whatever the
+        # snapshot: a writer committing between the pasv and the heap
+        # statement would make the twins decide differently (heap against
+        # heap would too). Such transactions lock their pairs as well.
+        if not kind.startswith("extra_") and (txn.iso == "READ COMMITTED" or has_on_conflict(txn.steps)):
             locks = [Plain(f"LOCK TABLE {p}_p, {p}_h IN EXCLUSIVE MODE", (p,)) for p in sorted(txn_pairs(txn.steps))]
             txn.steps = locks + txn.steps
         if self.rng.random() < 0.25:
