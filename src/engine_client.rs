@@ -56,6 +56,10 @@ struct RowidRange {
 }
 
 thread_local! {
+    // A posted write failed: this transaction must not commit (the write
+    // may have belonged to a (sub)transaction other than the one that
+    // found out). Cleared at top-level abort.
+    static POISON: RefCell<Option<(protocol::ErrorCode, String)>> = const { RefCell::new(None) };
     // Backends are single-threaded: thread-local is process-local here.
     static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, level: 0, batch: BatchBuilder::new() });
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
@@ -66,6 +70,35 @@ fn key(cf: CfRef) -> (u32, u32) {
     (cf.db, cf.rel)
 }
 
+/// Read the answer of this backend's last posted write (waiting for it if
+/// it is still in flight) and fail if it, or any earlier one of this
+/// transaction, failed. Runs before every request this module sends, so no
+/// posted answer is overwritten unread.
+fn check_posted() -> Result<(), CallError> {
+    if let Some(answer) = client::take_posted_answer()? {
+        match protocol::decode_response(&answer) {
+            Ok(Response::Ok) => {}
+            Ok(Response::Error { code, message }) => {
+                POISON.with(|p| *p.borrow_mut() = Some((code, message.to_string())));
+            }
+            Ok(_) => return Err(CallError::Unexpected("PutBatch")),
+            Err(e) => return Err(CallError::Protocol(e.to_string())),
+        }
+    }
+    POISON.with(|p| match &*p.borrow() {
+        Some((code, message)) => Err(CallError::Engine { code: *code, message: message.clone() }),
+        None => Ok(()),
+    })
+}
+
+/// Everything this backend sent has been applied (or the transaction fails
+/// here): buffered rows are sent and every posted write's answer read. Run
+/// at pre-commit, before the commit record.
+pub fn drain() -> Result<(), CallError> {
+    flush_pending()?;
+    check_posted()
+}
+
 /// Send `req`; `read` turns the decoded answer into the caller's value
 /// (inside the slot, before any other call can reuse the buffer).
 fn raw_call<R>(
@@ -74,6 +107,7 @@ fn raw_call<R>(
 ) -> Result<R, CallError> {
     let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     crate::replay::wait_for_recovery();
+    check_posted()?;
     client::call(
         |out| {
             protocol::encode_request(req, out).map_err(|_| ChannelError::RequestTooLarge {
@@ -233,6 +267,7 @@ pub fn persistence(db: u32) -> Result<Vec<PersistenceRow>, CallError> {
 /// Replay: send a logged `PutBatch` message as it stands (its LSN is 0:
 /// the WAL it came from is durable).
 pub fn put_logged_message(message: &[u8]) -> Result<(), CallError> {
+    check_posted()?;
     client::call(
         |out| {
             let available = out.len();
@@ -273,6 +308,7 @@ pub fn scan_into(
 ) -> Result<ScanCopied, CallError> {
     flush_pending()?;
     crate::replay::wait_for_recovery();
+    check_posted()?;
     let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     let req = Request::Scan { cf, start, end, max_entries, per_row };
     client::call(
@@ -307,10 +343,17 @@ fn log_message(cf: CfRef, message: &[u8]) -> u64 {
 }
 
 /// Send rows created at nest level `owner` (the current one, or a
-/// shallower one whose buffered rows are flushed late).
+/// shallower one whose buffered rows are flushed late). The write is
+/// posted, not waited for (its outcome is decided: the message is logged
+/// and the rows are locked or new): the backend goes on while the engine
+/// writes, and its next request, or [`drain`] at pre-commit, reads the
+/// answer. Other backends that look for the rows through a non-MVCC
+/// snapshot before the engine applied them fence first
+/// ([`client::fence_others`]).
 fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
-    client::call(
+    check_posted()?;
+    client::post_checked(
         |out| {
             let available = out.len();
             let len = protocol::encode_put_batch(cf, batch, out)
@@ -333,8 +376,8 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), Call
             }
             Ok(len)
         },
-        decode_ok("PutBatch"),
-    )?
+    )?;
+    Ok(())
 }
 
 /// Log again the owed messages whose log was discarded with an aborted
@@ -404,8 +447,11 @@ pub fn owed_clear() {
     OWED.with(|o| o.borrow_mut().clear());
 }
 
-/// Drop every buffered row (top-level abort).
+/// Drop every buffered row and forget posted writes' failures (top-level
+/// abort: what they wrote is dead).
 pub fn discard_pending() {
+    client::forget_posted_answer();
+    POISON.with(|p| p.borrow_mut().take());
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = None;
@@ -425,13 +471,24 @@ pub struct LockOutcome {
     pub granted: bool,
     pub already_held: bool,
     pub holder: u32,
+    /// Granted with `read` > 0: the row's newest versions as (key, value),
+    /// newest first, and whether older ones exist.
+    pub versions: Vec<(Vec<u8>, Vec<u8>)>,
+    pub more: bool,
 }
 
 /// Try to take a row lock for top-level transaction `xid`; `evict` names a
 /// transaction known to have ended whose holdings on this row are stale.
-pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32) -> Result<LockOutcome, CallError> {
-    call(&Request::LockRow { cf, rowid, xid, mode, evict }, |r| match r {
-        Response::Lock { granted, already_held, holder } => Ok(LockOutcome { granted, already_held, holder }),
+/// `read` > 0 asks for the row's `read` newest versions with the lock.
+pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u8) -> Result<LockOutcome, CallError> {
+    call(&Request::LockRow { cf, rowid, xid, mode, evict, read }, |r| match r {
+        Response::Lock { granted, already_held, holder, more, versions } => Ok(LockOutcome {
+            granted,
+            already_held,
+            holder,
+            versions: versions.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
+            more,
+        }),
         _ => Err(CallError::Unexpected("LockRow")),
     })
 }

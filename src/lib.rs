@@ -21,6 +21,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+mod channel_stats;
 mod crash_point;
 mod engine_client;
 mod engine_worker;

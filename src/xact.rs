@@ -141,7 +141,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => {
             // Still inside the transaction: an ERROR here aborts it cleanly.
-            if let Err(e) = engine_client::flush_pending() {
+            if let Err(e) = engine_client::drain() {
                 e.raise("writing buffered rows at commit");
             }
             if let Err(e) = crate::flushflag::before_commit() {
@@ -160,6 +160,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            crate::tam::forget_last_row();
             engine_client::owed_clear(); // settled at pre-commit
             let locks_of = LOCKS_OF.with(|l| l.replace(0));
             if !crate::flushflag::after_commit(locks_of) {
@@ -169,6 +170,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            crate::tam::forget_last_row();
             engine_client::discard_pending();
             engine_client::owed_clear();
             crate::flushflag::after_abort();
@@ -196,6 +198,7 @@ unsafe extern "C-unwind" fn subxact_callback(
     let level = pg_sys::GetCurrentTransactionNestLevel();
     match event {
         SUBXACT_EVENT_ABORT_SUB => {
+            crate::tam::forget_last_row();
             engine_client::subxact_aborted(level);
             finish_levels(level, When::Abort);
         }

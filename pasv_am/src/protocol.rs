@@ -26,7 +26,7 @@
 //! then, for `CreateCf` and `TruncateCf`, created_lsn u64; for `PutBatch`,
 //! lsn u64 ‖ `count` entries; for `Scan`, `start_len` u16 ‖ `end_len` u16 ‖
 //! per_row u32 ‖ start ‖ end; for `LockRow`, rowid u64 ‖ evict u32 ‖ mode u8
-//! ([`LockMode`]) ‖ 3 zero bytes; for `Committed`, commit_lsn u64 ‖
+//! ([`LockMode`]) ‖ read u8 ‖ 2 zero bytes; for `Committed`, commit_lsn u64 ‖
 //! first_lsn u64 ‖ last_lsn u64 ‖ xid u32 ‖ release_locks u8 ‖ 3 zero bytes ‖ rels (u32 each)
 //! ‖ zero pad to 8.
 //!
@@ -39,11 +39,11 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | tag ([`Response`] variant, 1..=6 in declaration order) |
-//! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, flags of `Lock` (bit 0 `granted`, bit 1 `already_held`, others zero), else zero |
+//! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, flags of `Lock` (bit 0 `granted`, bit 1 `already_held`, bit 2 `more`, others zero), else zero |
 //! | 2..4 | zero |
-//! | 4..8 | entry count of `Entries`, message length of `Error`, `holder` of `Lock`, else zero |
+//! | 4..8 | entry count of `Entries` and of a granted `Lock`, message length of `Error`, `holder` of a refused `Lock`, else zero |
 //!
-//! then `Rowids`: first (u64); `Entries`: the entries; `CfInfo`: next_rowid,
+//! then `Rowids`: first (u64); `Entries` and a granted `Lock`: the entries; `CfInfo`: next_rowid,
 //! approx_keys, approx_bytes (u64 each); `Error`: the UTF-8 message.
 //!
 //! Entry ([`entry_encoded_len`] bytes): key_len u16 ‖ 2 zero bytes ‖ val_len
@@ -74,7 +74,7 @@ pub const MIN_RESPONSE_LEN: usize = RESPONSE_HEADER_LEN;
 
 /// Scan request: start_len u16 ‖ end_len u16 ‖ 4 zero bytes.
 const SCAN_BOUNDS_LEN: usize = 8;
-/// LockRow request: rowid u64 ‖ evict u32 ‖ mode u8 ‖ 3 zero bytes.
+/// LockRow request: rowid u64 ‖ evict u32 ‖ mode u8 ‖ read u8 ‖ 2 zero bytes.
 const LOCK_ROW_BODY_LEN: usize = 16;
 /// Committed request: three LSNs, xid u32, 4 zero bytes (then the rels).
 const COMMITTED_FIXED_LEN: usize = 32;
@@ -111,6 +111,30 @@ mod op {
     pub const SYNC_WAL: u8 = 17;
 }
 
+/// The name of request op `op` (diagnostics: per-kind channel counters).
+pub fn op_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        op::PING => "ping",
+        op::CREATE_CF => "create_cf",
+        op::DROP_CF => "drop_cf",
+        op::DROP_DATABASE => "drop_database",
+        op::TRUNCATE_CF => "truncate_cf",
+        op::ALLOC_ROWIDS => "alloc_rowids",
+        op::PUT_BATCH => "put_batch",
+        op::SCAN => "scan",
+        op::CF_INFO => "cf_info",
+        op::FLUSH_ALL => "flush_all",
+        op::LIST_CFS => "list_cfs",
+        op::LOCK_ROW => "lock_row",
+        op::RELEASE_LOCKS => "release_locks",
+        op::COMMITTED => "committed",
+        op::PERSISTENCE => "persistence",
+        op::FLUSH_CF => "flush_cf",
+        op::SYNC_WAL => "sync_wal",
+        _ => return None,
+    })
+}
+
 mod tag {
     pub const OK: u8 = 1;
     pub const ROWIDS: u8 = 2;
@@ -124,7 +148,8 @@ mod tag {
 mod lock_flag {
     pub const GRANTED: u8 = 1;
     pub const ALREADY_HELD: u8 = 2;
-    pub const ALL: u8 = GRANTED | ALREADY_HELD;
+    pub const MORE: u8 = 4;
+    pub const ALL: u8 = GRANTED | ALREADY_HELD | MORE;
 }
 
 /// A table as the backend names it. The engine maps it to the CF of the
@@ -226,13 +251,16 @@ pub enum Request<'a> {
     /// Take a row lock for top-level transaction `xid`; answered by
     /// [`Response::Lock`]. `evict` (0: none) names a transaction known to
     /// have ended whose holdings on this row are removed first. The CF need
-    /// not exist: locks are about rowids.
+    /// not exist when `read` is 0: locks are about rowids. `read` > 0: once
+    /// granted, the answer also carries the row's `read` newest versions
+    /// (what a writer reads next: lock and read in one round trip).
     LockRow {
         cf: CfRef,
         rowid: u64,
         xid: u32,
         mode: LockMode,
         evict: u32,
+        read: u8,
     },
     /// Drop every row lock `xid` holds (its transaction ended); answered by
     /// [`Response::Ok`].
@@ -395,10 +423,14 @@ pub enum Response<'a> {
     },
     /// Answer to `LockRow`. Not granted: `holder` is a transaction whose lock
     /// conflicts; wait for it to end, then ask again with `evict = holder`.
+    /// Granted: `versions` holds the newest versions asked for (`read`),
+    /// `more` whether the row has older ones.
     Lock {
         granted: bool,
         already_held: bool,
         holder: u32,
+        more: bool,
+        versions: EntryBatch<'a>,
     },
 }
 
@@ -459,6 +491,8 @@ pub enum ProtocolError {
     UnknownLockMode(u8),
     #[error("transaction id 0 (InvalidTransactionId) cannot hold row locks")]
     ZeroXid,
+    #[error("a refused row lock carries no versions")]
+    VersionsWithoutLock,
 }
 
 impl ProtocolError {
@@ -797,12 +831,13 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
             e.copy_from_slice(end);
         }
         Request::LockRow {
-            rowid, mode, evict, ..
+            rowid, mode, evict, read, ..
         } => {
             body.fill(0);
             body[0..8].copy_from_slice(&rowid.to_le_bytes());
             body[8..12].copy_from_slice(&evict.to_le_bytes());
             body[12] = mode as u8;
+            body[13] = read;
         }
         _ => {}
     }
@@ -896,7 +931,8 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
             let rowid = read_u64(body, 0, base)?;
             let evict = read_u32(body, 8, base)?;
             let mode_byte = field::<1>(body, 12, base)?[0];
-            check_zero(body, 13..LOCK_ROW_BODY_LEN, base)?;
+            let read = field::<1>(body, 13, base)?[0];
+            check_zero(body, 14..LOCK_ROW_BODY_LEN, base)?;
             Request::LockRow {
                 cf,
                 rowid,
@@ -904,6 +940,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
                 mode: LockMode::from_u8(mode_byte)
                     .ok_or(ProtocolError::UnknownLockMode(mode_byte))?,
                 evict,
+                read,
             }
         }
         op::RELEASE_LOCKS => Request::ReleaseLocks { xid: arg },
@@ -926,7 +963,7 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             Response::Entries { batch, .. } => batch.encoded_len(),
             Response::CfInfo { .. } => 24,
             Response::Error { message, .. } => message.len(),
-            Response::Lock { .. } => 0,
+            Response::Lock { versions, .. } => versions.encoded_len(),
         };
     if let Response::Error { message, .. } = *response {
         if message.len() > u32::MAX as usize {
@@ -964,20 +1001,44 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             granted,
             already_held,
             holder,
+            more,
+            versions,
         } => {
-            let mut flags = 0;
-            if granted {
-                flags |= lock_flag::GRANTED;
+            if !granted && (more || !versions.is_empty()) {
+                return Err(ProtocolError::VersionsWithoutLock);
             }
-            if already_held {
-                flags |= lock_flag::ALREADY_HELD;
-            }
-            out[0] = tag::LOCK;
-            out[1] = flags;
-            out[4..8].copy_from_slice(&holder.to_le_bytes());
+            body.copy_from_slice(versions.bytes);
+            write_lock_header(out, granted, already_held, if granted { versions.count } else { holder }, more);
         }
     }
     Ok(needed)
+}
+
+fn write_lock_header(out: &mut [u8], granted: bool, already_held: bool, count_or_holder: u32, more: bool) {
+    let mut flags = 0;
+    if granted {
+        flags |= lock_flag::GRANTED;
+    }
+    if already_held {
+        flags |= lock_flag::ALREADY_HELD;
+    }
+    if more {
+        flags |= lock_flag::MORE;
+    }
+    out[..RESPONSE_HEADER_LEN].fill(0);
+    out[0] = tag::LOCK;
+    out[1] = flags;
+    out[4..8].copy_from_slice(&count_or_holder.to_le_bytes());
+}
+
+/// Turns a finished [`ScanWriter`] answer (an `Entries` response of length
+/// `len` in `out`) into the answer to a granted `LockRow` that carries those
+/// entries as the row's versions. Returns the length.
+pub fn entries_into_granted_lock(out: &mut [u8], len: usize, already_held: bool) -> usize {
+    let more = out[1] != 0;
+    let count = u32::from_le_bytes([out[4], out[5], out[6], out[7]]);
+    write_lock_header(out, true, already_held, count, more);
+    len
 }
 
 /// Encodes `Error { code, message }`, truncating the message (at a character
@@ -1049,11 +1110,21 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
                 batch: EntryBatch::parse(count, body, base)?,
             }
         }
-        tag::LOCK => Response::Lock {
-            granted: buf[1] & lock_flag::GRANTED != 0,
-            already_held: buf[1] & lock_flag::ALREADY_HELD != 0,
-            holder: read_u32(buf, 4, 0)?,
-        },
+        tag::LOCK => {
+            let granted = buf[1] & lock_flag::GRANTED != 0;
+            let more = buf[1] & lock_flag::MORE != 0;
+            let field = read_u32(buf, 4, 0)?;
+            if !granted && more {
+                return Err(ProtocolError::VersionsWithoutLock);
+            }
+            Response::Lock {
+                granted,
+                already_held: buf[1] & lock_flag::ALREADY_HELD != 0,
+                holder: if granted { 0 } else { field },
+                more,
+                versions: if granted { EntryBatch::parse(field, body, base)? } else { EntryBatch::default() },
+            }
+        }
         // Only ERROR is left.
         _ => {
             let code = ErrorCode::from_u8(buf[1]).ok_or(ProtocolError::UnknownErrorCode(buf[1]))?;
@@ -1269,7 +1340,7 @@ mod tests {
                 rowid: 290,
                 xid: 1234,
                 mode: LockMode::Shared,
-                evict: 0,
+                evict: 0, read: 0,
             },
             Request::LockRow {
                 cf: CfRef {
@@ -1280,6 +1351,7 @@ mod tests {
                 xid: u32::MAX,
                 mode: LockMode::Exclusive,
                 evict: u32::MAX - 1,
+                read: 255,
             },
             Request::ReleaseLocks { xid: 3 },
         ];
@@ -1410,17 +1482,17 @@ mod tests {
             Response::Lock {
                 granted: true,
                 already_held: false,
-                holder: 0,
+                holder: 0, more: false, versions: Default::default(),
             },
             Response::Lock {
                 granted: true,
                 already_held: true,
-                holder: 0,
+                holder: 0, more: false, versions: Default::default(),
             },
             Response::Lock {
                 granted: false,
                 already_held: false,
-                holder: u32::MAX,
+                holder: u32::MAX, more: false, versions: Default::default(),
             },
         ];
         for response in responses {
@@ -1581,13 +1653,31 @@ mod tests {
     }
 
     #[test]
+    fn lock_answers_carry_versions_only_when_granted() {
+        let batch = sample_batch();
+        let mut buf = vec![0u8; 4096];
+        let granted = Response::Lock { granted: true, already_held: true, holder: 0, more: true, versions: batch.as_batch() };
+        let len = encode_response(&granted, &mut buf).unwrap();
+        assert_eq!(decode_response(&buf[..len]).unwrap(), granted);
+        let refused_with_versions =
+            Response::Lock { granted: false, already_held: false, holder: 5, more: false, versions: batch.as_batch() };
+        assert!(matches!(encode_response(&refused_with_versions, &mut buf), Err(ProtocolError::VersionsWithoutLock)));
+        // A refused answer with the MORE bit set is malformed.
+        let refused = Response::Lock { granted: false, already_held: false, holder: 5, more: false, versions: EntryBatch::default() };
+        let len = encode_response(&refused, &mut buf).unwrap();
+        assert_eq!(decode_response(&buf[..len]).unwrap(), refused);
+        buf[1] |= lock_flag::MORE;
+        assert!(decode_response(&buf[..len]).is_err());
+    }
+
+    #[test]
     fn lock_messages_are_strict() {
         let lock = Request::LockRow {
             cf: cf(),
             rowid: 7,
             xid: 10,
             mode: LockMode::Exclusive,
-            evict: 9,
+            evict: 9, read: 0,
         };
         let mut buf = [0u8; 64];
         let len = encode_request(&lock, &mut buf).unwrap();
@@ -1602,7 +1692,7 @@ mod tests {
                 Err(ProtocolError::UnknownLockMode(bad_mode))
             );
         }
-        for pad in 13..16 {
+        for pad in 14..16 {
             let mut m = buf;
             m[REQUEST_HEADER_LEN + pad] = 1;
             assert_eq!(
@@ -1622,7 +1712,7 @@ mod tests {
             rowid: 7,
             xid: 0,
             mode: LockMode::Shared,
-            evict: 0,
+            evict: 0, read: 0,
         };
         assert_eq!(encode_request(&zero, &mut buf), Err(ProtocolError::ZeroXid));
         assert_eq!(
@@ -1645,13 +1735,13 @@ mod tests {
             &Response::Lock {
                 granted: false,
                 already_held: false,
-                holder: 77,
+                holder: 77, more: false, versions: Default::default(),
             },
             &mut resp,
         )
         .unwrap();
         assert_eq!(len, RESPONSE_HEADER_LEN);
-        resp[1] = 4;
+        resp[1] = 8;
         assert_eq!(
             decode_response(&resp),
             Err(ProtocolError::NotZero { offset: 1 })

@@ -171,12 +171,24 @@ fn execute(
             xid,
             mode,
             evict,
+            read,
         } => {
             let outcome = engine.lock_row(cf, rowid, xid, mode, evict);
+            if outcome.granted && read > 0 {
+                // Lock, then read under it: the versions answered are the
+                // ones no other writer can change until this one ends.
+                let (start, end) = crate::keys::row_range(rowid, rowid + 1);
+                let mut writer = ScanWriter::new(response, u32::from(read));
+                let more = engine.scan_rows(cf, &start, &end, 0, &mut writer)?;
+                let len = writer.finish(more);
+                return Ok(crate::protocol::entries_into_granted_lock(response, len, outcome.already_held));
+            }
             Response::Lock {
                 granted: outcome.granted,
                 already_held: outcome.already_held,
                 holder: outcome.holder,
+                more: false,
+                versions: Default::default(),
             }
         }
         Request::ReleaseLocks { xid } => {
@@ -353,7 +365,7 @@ mod tests {
                     rowid: 42,
                     xid,
                     mode,
-                    evict,
+                    evict, read: 0,
                 },
                 64,
             ))
@@ -378,13 +390,47 @@ mod tests {
                 rowid: 42,
                 xid: 102,
                 mode: LockMode::Exclusive,
-                evict: 0,
+                evict: 0, read: 0,
             },
             MIN_RESPONSE_LEN,
         );
         assert_eq!(lock_answer(&resp), (false, false, 101));
         // Evicting the ended holder takes the row over.
         assert_eq!(lock(102, LockMode::Exclusive, 101), (true, false, 0));
+    }
+
+    #[test]
+    fn a_granted_lock_brings_the_newest_versions_asked_for() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 0..3u32 {
+            batch.push(&row_key(7, version), &[version as u8 + 1; 24]).unwrap();
+        }
+        batch.push(&row_key(8, 0), &[9; 24]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let ask = |xid, read| {
+            call(&engine, &Request::LockRow { cf: T, rowid: 7, xid, mode: LockMode::Exclusive, evict: 0, read }, 4096)
+        };
+        let answer = ask(100, 2);
+        let Response::Lock { granted: true, more: true, versions, holder: 0, .. } = decode_response(&answer).unwrap() else {
+            panic!("not a granted lock with more versions: {:?}", decode_response(&answer));
+        };
+        let got: Vec<_> = versions.iter().map(|(k, v)| (decode_row_key(k).unwrap(), v[0])).collect();
+        assert_eq!(got, vec![((7, 2), 3), ((7, 1), 2)], "newest first, this row only");
+        // All of them: no more; the next row is never included.
+        let answer = ask(100, 10);
+        let Response::Lock { granted: true, already_held: true, more: false, versions, .. } = decode_response(&answer).unwrap() else {
+            panic!("not granted");
+        };
+        assert_eq!(versions.len(), 3);
+        // Refused: the holder and no versions.
+        let answer = ask(101, 2);
+        assert_eq!(
+            decode_response(&answer).unwrap(),
+            Response::Lock { granted: false, already_held: false, holder: 100, more: false, versions: Default::default() }
+        );
     }
 
     /// `(granted, already_held, holder)` of a `Lock` answer.
@@ -394,6 +440,7 @@ mod tests {
                 granted,
                 already_held,
                 holder,
+                ..
             } => (granted, already_held, holder),
             other => panic!("expected Lock, got {other:?}"),
         }
@@ -492,7 +539,7 @@ mod tests {
                 rowid: 3,
                 xid: 100,
                 mode: LockMode::Shared,
-                evict: 0,
+                evict: 0, read: 0,
             },
             Request::ReleaseLocks { xid: 100 },
         ];

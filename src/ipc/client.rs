@@ -42,6 +42,25 @@ static BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static NSLOTS: AtomicUsize = AtomicUsize::new(0);
 static BUFFER_BYTES: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    // A request posted with `post_checked` whose answer nobody has read yet.
+    static CHECK_OUTSTANDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    // The answer of a checked post, kept for `take_posted_answer` when the
+    // slot was needed for the next request before anybody asked.
+    static POSTED_ANSWER: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+    // What this process's slot had counted before its first request (the
+    // slot's earlier owners), so a backend can tell its own round trips.
+    static BASELINE: std::cell::RefCell<Option<Vec<super::KindStats>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// This process's own channel counters (its slot's, minus earlier owners').
+pub fn my_stats() -> Option<Vec<super::KindStats>> {
+    let chan = channel()?;
+    let now = chan.slot(my_slot(&chan).ok()?).stats.snapshot();
+    let base = BASELINE.with(|b| b.borrow().clone()).unwrap_or_else(|| now.clone());
+    Some(now.iter().zip(&base).map(|(n, b)| std::array::from_fn(|j| n[j].saturating_sub(b[j]))).collect())
+}
+
 pub fn install(chan: Channel) {
     NSLOTS.store(chan.nslots(), Ordering::Relaxed);
     BUFFER_BYTES.store(chan.buffer_bytes(), Ordering::Relaxed);
@@ -139,14 +158,14 @@ pub(crate) fn nap(ms: i64) {
     pgrx::check_for_interrupts!();
 }
 
-/// Wait until slot `i` is DONE.
-fn wait_done(chan: &Channel, i: usize) -> Result<(), ChannelError> {
+/// Wait until slot `i` is DONE; whether the wait slept.
+fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     let slot = chan.slot(i);
     let start = Instant::now();
     let mut spins: u32 = 0;
     loop {
         if slot.state.load(Ordering::Acquire) == DONE {
-            return Ok(());
+            return Ok(false);
         }
         spins = spins.wrapping_add(1);
         if spins % 64 == 0 && start.elapsed() >= ANSWER_SPIN {
@@ -162,7 +181,7 @@ fn wait_done(chan: &Channel, i: usize) -> Result<(), ChannelError> {
         }
         slot.waiting.store(0, Ordering::SeqCst);
         if slot.state.load(Ordering::Acquire) == DONE {
-            return Ok(());
+            return Ok(true);
         }
         pgrx::check_for_interrupts!();
         if !engine_alive(chan) {
@@ -181,10 +200,15 @@ pub fn call<R>(
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let i = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
-    submit(&chan, i, fill)?;
-    wait_done(&chan, i)?;
+    let kind = submit(&chan, i, fill, false)?;
+    let slept = wait_done(&chan, i)?;
     let slot = chan.slot(i);
     let n = (slot.response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+    let stats = &slot.stats;
+    stats.bytes_received[kind].fetch_add(n as u64, Ordering::Relaxed);
+    if slept {
+        stats.slept[kind].fetch_add(1, Ordering::Relaxed);
+    }
     // SAFETY: DONE: the engine is finished with the buffer (Acquire above).
     let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) };
     Ok(read(answer))
@@ -203,26 +227,81 @@ pub fn post(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Resu
     if !engine_alive(&chan) {
         return Err(ChannelError::EngineDown);
     }
-    submit(&chan, i, fill)
+    submit(&chan, i, fill, true).map(|_| ())
+}
+
+/// Submit a request whose answer matters but need not be waited for now
+/// (a write whose outcome is decided: pipelining). Its answer is kept:
+/// [`take_posted_answer`] returns it, waiting if need be. Requests of one
+/// backend still run in order, so the backend's later reads see the write.
+pub fn post_checked(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<(), ChannelError> {
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let i = my_slot(&chan)?;
+    wait_engine_ready(&chan)?;
+    submit(&chan, i, fill, true)?;
+    CHECK_OUTSTANDING.with(|c| c.set(true));
+    Ok(())
+}
+
+/// The answer of the last [`post_checked`] request not yet taken, waiting
+/// for it if it is still in flight; `None` if there is none.
+pub fn take_posted_answer() -> Result<Option<Vec<u8>>, ChannelError> {
+    if CHECK_OUTSTANDING.with(|c| c.get()) {
+        let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+        let i = my_slot(&chan)?;
+        wait_done(&chan, i)?;
+        keep_posted_answer(&chan, i);
+    }
+    Ok(POSTED_ANSWER.with(|a| a.borrow_mut().take()))
+}
+
+/// Forget a checked post's answer (the transaction aborted: whatever it
+/// wrote is dead).
+pub fn forget_posted_answer() {
+    CHECK_OUTSTANDING.with(|c| c.set(false));
+    POSTED_ANSWER.with(|a| a.borrow_mut().take());
+}
+
+/// Slot `i` is DONE: if its answer belongs to a checked post, copy it aside.
+fn keep_posted_answer(chan: &Channel, i: usize) {
+    if CHECK_OUTSTANDING.with(|c| c.replace(false)) {
+        let n = (chan.slot(i).response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+        // SAFETY: DONE (waited by the caller): this backend owns the buffer.
+        let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) }.to_vec();
+        POSTED_ANSWER.with(|a| *a.borrow_mut() = Some(answer));
+    }
 }
 
 /// Write a request into slot `i` (after any earlier request on it is DONE)
-/// and hand it to the engine.
+/// and hand it to the engine; returns the request's kind (its op byte).
 fn submit(
     chan: &Channel,
     i: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
-) -> Result<(), ChannelError> {
+    posted: bool,
+) -> Result<usize, ChannelError> {
     let slot = chan.slot(i);
+    BASELINE.with(|b| {
+        if b.borrow().is_none() {
+            *b.borrow_mut() = Some(slot.stats.snapshot());
+        }
+    });
     // A request abandoned by an earlier cancel, or posted, may still be in flight.
     let state = slot.state.load(Ordering::Acquire);
     if state != IDLE && state != DONE {
+        slot.stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
         wait_done(chan, i)?;
     }
+    keep_posted_answer(chan, i);
     // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
     let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_bytes()) };
     let len = fill(out)?;
+    let kind = usize::from(out[0]) % super::REQUEST_KINDS;
+    let stats = &slot.stats;
+    if posted { &stats.posted[kind] } else { &stats.calls[kind] }.fetch_add(1, Ordering::Relaxed);
+    stats.bytes_sent[kind].fetch_add(len as u64, Ordering::Relaxed);
     slot.request_len.store(len as u32, Ordering::Relaxed);
+    slot.seq.fetch_add(1, Ordering::SeqCst);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
     // Release: the request bytes become visible to the engine's Acquire CAS.
@@ -231,6 +310,48 @@ fn submit(
     h.doorbell.fetch_add(1, Ordering::SeqCst);
     if h.sleeping_servers.load(Ordering::SeqCst) > 0 {
         futex::wake(&h.doorbell, 1);
+        h.engine_stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(kind)
+}
+
+/// Wait until every request other backends had in flight when this was
+/// called has been answered. A backend that finds no row where an index
+/// entry points, through a non-MVCC snapshot (a unique check), fences and
+/// looks again: the row's writer posts its write before it inserts the
+/// index entry, so after the fence the write is applied.
+pub fn fence_others() -> Result<(), ChannelError> {
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let me = my_slot(&chan).ok();
+    let mut in_flight: Vec<(usize, u32)> = (0..chan.nslots())
+        .filter(|&j| Some(j) != me)
+        .filter_map(|j| {
+            let slot = chan.slot(j);
+            // Sequence first: a request submitted after this read has a
+            // newer sequence, and one answered before it left the state.
+            let seq = slot.seq.load(Ordering::SeqCst);
+            matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED).then_some((j, seq))
+        })
+        .collect();
+    let start = Instant::now();
+    while !in_flight.is_empty() {
+        in_flight.retain(|&(j, seq)| {
+            let slot = chan.slot(j);
+            slot.seq.load(Ordering::SeqCst) == seq
+                && matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED)
+        });
+        if in_flight.is_empty() {
+            break;
+        }
+        if start.elapsed() < ANSWER_SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+            pgrx::check_for_interrupts!();
+            if !engine_alive(&chan) {
+                return Err(ChannelError::EngineDown);
+            }
+        }
     }
     Ok(())
 }

@@ -104,8 +104,9 @@ pub struct ChannelHeader {
     pub sleeping_servers: AtomicU32,
     /// Incremented each time an engine finishes starting (diagnostics).
     pub engine_generation: AtomicU64,
-    /// Requests served since the engine started (diagnostics, `pasv.channel_stats()`).
-    pub served: AtomicU64,
+    /// Engine-side counters (`pasv.engine_stats()`), since the postmaster
+    /// mapped the region.
+    pub engine_stats: EngineStats,
     /// Databases using pasv (durability bookkeeping, DESIGN §5-6).
     pub dbs: [DbSlot; MAX_DATABASES],
     /// 1 while a process claims a database slot.
@@ -164,6 +165,66 @@ pub struct SlotHeader {
     pub request_len: AtomicU32,
     pub response_len: AtomicU32,
     pub owner_pid: AtomicI32,
+    /// Bumped by every submit, before the state becomes SUBMITTED (so a
+    /// fence can tell a new request from the one it waits for).
+    pub seq: AtomicU32,
+    /// What the processes that owned this slot asked of the engine. Written
+    /// only by the owning backend (Relaxed: counters, read for diagnostics).
+    pub stats: SlotStats,
+}
+
+/// Request kinds counted apart: the `op` byte of a request (1..=31).
+pub const REQUEST_KINDS: usize = 32;
+
+/// Per-slot counters, cumulative over the processes that owned the slot
+/// (`pasv.channel_stats()` sums them; a backend subtracts what it found at
+/// its first request to see its own).
+#[repr(C)]
+pub struct SlotStats {
+    /// Requests waited for, by kind.
+    pub calls: [AtomicU64; REQUEST_KINDS],
+    /// Requests posted without waiting for the answer, by kind.
+    pub posted: [AtomicU64; REQUEST_KINDS],
+    /// Waits that went to sleep (futex) because the answer took longer than
+    /// the spin, by kind of the request waited for.
+    pub slept: [AtomicU64; REQUEST_KINDS],
+    pub bytes_sent: [AtomicU64; REQUEST_KINDS],
+    pub bytes_received: [AtomicU64; REQUEST_KINDS],
+    /// Submits that had to wait for an earlier (posted or cancelled) request.
+    pub waited_for_previous: AtomicU64,
+}
+
+/// One request kind's counters: calls, posted, slept, bytes sent, bytes received.
+pub type KindStats = [u64; 5];
+
+impl SlotStats {
+    pub fn snapshot(&self) -> Vec<KindStats> {
+        use std::sync::atomic::Ordering::Relaxed;
+        (0..REQUEST_KINDS)
+            .map(|k| {
+                [
+                    self.calls[k].load(Relaxed),
+                    self.posted[k].load(Relaxed),
+                    self.slept[k].load(Relaxed),
+                    self.bytes_sent[k].load(Relaxed),
+                    self.bytes_received[k].load(Relaxed),
+                ]
+            })
+            .collect()
+    }
+}
+
+/// Engine-side counters, shared by the service threads (Relaxed increments).
+#[repr(C)]
+pub struct EngineStats {
+    /// Requests served.
+    pub served: AtomicU64,
+    /// Times a service thread found nothing to do and slept on the doorbell.
+    pub sleeps: AtomicU64,
+    /// Futex wakes of a service thread by a submitting backend.
+    pub doorbell_wakes: AtomicU64,
+    /// Futex wakes of a backend sleeping for its answer.
+    pub backend_wakes: AtomicU64,
 }
 
 pub const BUFFER_ALIGN: usize = 4096;

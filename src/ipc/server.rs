@@ -63,8 +63,9 @@ pub fn serve(
             slot.state.store(DONE, Ordering::SeqCst);
             if slot.waiting.load(Ordering::SeqCst) != 0 {
                 futex::wake(&slot.state, 1);
+                header.engine_stats.backend_wakes.fetch_add(1, Ordering::Relaxed);
             }
-            header.served.fetch_add(1, Ordering::Relaxed);
+            header.engine_stats.served.fetch_add(1, Ordering::Relaxed);
             served_any = true;
         }
         if served_any {
@@ -77,6 +78,7 @@ pub fn serve(
             continue;
         }
         header.sleeping_servers.fetch_add(1, Ordering::SeqCst);
+        header.engine_stats.sleeps.fetch_add(1, Ordering::Relaxed);
         // A submit after `seen` changed the doorbell: the wait returns at once.
         futex::wait(&header.doorbell, seen, SLEEP_BOUND);
         header.sleeping_servers.fetch_sub(1, Ordering::SeqCst);

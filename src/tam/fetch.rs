@@ -49,7 +49,18 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     }
     let Some(rowid) = rowid_from_tid(tid) else { return false };
     f.stream.set_range(rowid, rowid + 1);
-    match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
+    let mut row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
+    if row.is_none() && !super::visibility::is_mvcc(Reader::Snapshot(snapshot)) {
+        // A unique check (SnapshotDirty) must see a row whose writer posted
+        // it and then inserted the index entry that led here, even if the
+        // engine has not applied the write yet (engine_client: posted writes).
+        if let Err(e) = crate::ipc::client::fence_others() {
+            crate::error::CallError::from(e).raise("fetching a row by TID");
+        }
+        f.stream.set_range(rowid, rowid + 1);
+        row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
+    }
+    match row {
         Some(row) => {
             describe_row(f.base.rel, &row, &mut f.tuple);
             super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
@@ -115,6 +126,15 @@ pub unsafe extern "C-unwind" fn tuple_fetch_row_version(
     slot: *mut pg_sys::TupleTableSlot,
 ) -> bool {
     let Some(rowid) = rowid_from_tid(tid) else { return false };
+    if super::visibility::is_any(snapshot) {
+        // UPDATE's re-fetch of the row its scan just returned.
+        if let Some(row) = super::stream::last_row(cf_of(rel), rowid) {
+            let mut t: pg_sys::HeapTupleData = std::mem::zeroed();
+            describe_row(rel, &row, &mut t);
+            super::store_copy_in_slot(&mut t, slot);
+            return true;
+        }
+    }
     fetch_copy(rel, rowid, Reader::Snapshot(snapshot), slot)
 }
 

@@ -14,6 +14,7 @@ mod rowops;
 mod scan;
 mod ssi;
 mod stream;
+pub(crate) use stream::forget_last_row;
 mod toast;
 mod vacuum;
 pub(crate) mod versions;

@@ -72,25 +72,46 @@ struct Chain {
 impl Chain {
     unsafe fn read(cf: CfRef, rowid: u64, doing: &str) -> Chain {
         let (start, end) = keys::row_range(rowid, rowid + 1);
-        let mut versions: Vec<Version> = Vec::new();
-        let mut head = None;
+        let mut chain = Chain { versions: Vec::new() };
         // Two entries a page: the head and the one after it are all an
         // update needs; reading exactly that never steps over the delete
         // markers pruning leaves behind a row's live versions.
-        super::versions::walk(cf, start, end, 2, doing, |v| {
-            let creator = creator_of(&v.header);
-            if head.is_none() && creator != Creator::Aborted {
-                head = Some(versions.len());
+        super::versions::walk(cf, start, end, 2, doing, |v| chain.push(v.version, v.header, v.value));
+        chain
+    }
+
+    /// The chain from the versions a granted row lock brought back, if they
+    /// hold all a writer needs (else read it with [`Chain::read`]).
+    unsafe fn from_lock(versions: &[(Vec<u8>, Vec<u8>)], more: bool, doing: &str) -> Option<Chain> {
+        let mut chain = Chain { versions: Vec::new() };
+        for (key, value) in versions {
+            let (rowid, version) = keys::decode_row_key(key)?;
+            let header = match RowHeader::decode(value) {
+                Ok((h, _)) => h,
+                Err(e) => error::raise(
+                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            if !chain.push(version, header, value) {
+                return Some(chain);
             }
-            versions.push(Version {
-                version: v.version,
-                header: v.header,
-                creator,
-                tuple: v.value.get(HEADER_LEN..).unwrap_or_default().to_vec(),
-            });
-            head.is_none_or(|h| versions.len() < h + 2)
+        }
+        (!more).then_some(chain)
+    }
+
+    /// Add the next older version; false once the chain has all it needs
+    /// (down to the first version whose creator did not abort, and one more).
+    unsafe fn push(&mut self, version: u32, header: RowHeader, value: &[u8]) -> bool {
+        let creator = creator_of(&header);
+        self.versions.push(Version {
+            version,
+            header,
+            creator,
+            tuple: value.get(HEADER_LEN..).unwrap_or_default().to_vec(),
         });
-        Chain { versions }
+        self.head().is_none_or(|h| self.versions.len() < h + 2)
     }
 
     /// Index of the newest version whose creator did not abort.
@@ -151,8 +172,10 @@ enum OnConflict {
 }
 
 enum LockResult {
-    /// Locked; whether this transaction already held it before this call.
-    Held { already: bool },
+    /// Locked; whether this transaction already held it before this call,
+    /// and the row's chain read under the lock if it was asked for and the
+    /// lock's answer held all of it.
+    Held { already: bool, chain: Option<Chain> },
     /// Not locked: the holder (Skip/Report).
     Busy { holder: u32 },
 }
@@ -166,21 +189,31 @@ unsafe fn lock_row(
     mode: LockMode,
     on_conflict: OnConflict,
     oper: pg_sys::XLTW_Oper::Type,
+    read_chain: bool,
 ) -> LockResult {
     let xid = u32::from(pg_sys::GetTopTransactionId());
+    // What the scan handed out may be superseded once locked (EvalPlanQual).
+    super::stream::forget_last_row();
     let mut evict = 0u32;
     let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
     tid_from_rowid(rowid, &mut tid);
     // Each retry follows a wait for a transaction that has ended by then, so
     // the loop ends when the lock frees; a stuck engine errors out.
     loop {
-        let outcome = match engine_client::lock_row(cf, rowid, xid, mode, evict) {
+        // The head and the version after it: what Chain::read reads first.
+        let read = if read_chain { 2 } else { 0 };
+        let outcome = match engine_client::lock_row(cf, rowid, xid, mode, evict, read) {
             Ok(o) => o,
             Err(e) => e.raise(&format!("locking a row of {}", rel_name(rel))),
         };
         crate::xact::mark_locks_held(xid);
         if outcome.granted {
-            return LockResult::Held { already: outcome.already_held };
+            let chain = if read_chain {
+                Chain::from_lock(&outcome.versions, outcome.more, &format!("locking a row of {}", rel_name(rel)))
+            } else {
+                None
+            };
+            return LockResult::Held { already: outcome.already_held, chain };
         }
         let holder = pg_sys::TransactionId::from(outcome.holder);
         match on_conflict {
@@ -208,11 +241,11 @@ unsafe fn lock_row(
 /// Read the chain under the row lock, waiting out an in-progress creator of
 /// the head (only possible for rows whose creator holds no lock: a fresh
 /// insert reached through a moved row).
-unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing: &str) -> Chain {
+unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing: &str, mut first: Option<Chain>) -> Chain {
     let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
     tid_from_rowid(rowid, &mut tid);
     loop {
-        let chain = Chain::read(cf, rowid, doing);
+        let chain = first.take().unwrap_or_else(|| Chain::read(cf, rowid, doing));
         match chain.head() {
             Some(h) if chain.versions[h].creator == Creator::InProgress => {
                 let xid = pg_sys::TransactionId::from(chain.versions[h].header.xid as u32);
@@ -384,15 +417,15 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(tid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let already = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete) {
-        LockResult::Held { already } => already,
+    let (already, locked_chain) = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete, true) {
+        LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
             return pg_sys::TM_Result::TM_BeingModified;
         }
     };
     let doing = format!("deleting from {}", rel_name(rel));
-    let chain = read_locked_chain(rel, cf, rowid, &doing);
+    let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
     let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => r,
         Check::Proceed(h) => {
@@ -430,15 +463,15 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let already = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update) {
-        LockResult::Held { already } => already,
+    let (already, locked_chain) = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update, true) {
+        LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
             return pg_sys::TM_Result::TM_BeingModified;
         }
     };
     let doing = format!("updating {}", rel_name(rel));
-    let chain = read_locked_chain(rel, cf, rowid, &doing);
+    let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
     let h = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => {
             return r;
@@ -522,11 +555,11 @@ pub unsafe extern "C-unwind" fn tuple_lock(
     // Each turn follows one "moved" link; a chain of moves is finite.
     loop {
         let Some(rowid) = rowid_from_tid(tid) else { return TM_Invisible };
-        let already = match lock_row(rel, cf, rowid, lock_mode, on_conflict, pg_sys::XLTW_Oper::XLTW_Lock) {
-            LockResult::Held { already } => already,
+        let (already, locked_chain) = match lock_row(rel, cf, rowid, lock_mode, on_conflict, pg_sys::XLTW_Oper::XLTW_Lock, true) {
+            LockResult::Held { already, chain } => (already, chain),
             LockResult::Busy { .. } => return TM_WouldBlock,
         };
-        let chain = read_locked_chain(rel, cf, rowid, &doing);
+        let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
         let Some(h) = chain.head() else {
             return TM_Invisible;
         };

@@ -58,6 +58,52 @@ pub struct RowStream {
     pub recently_dead: bool,
 }
 
+/// The row an MVCC scan or fetch handed out last, while the bytes it points
+/// to (in that stream's buffer) are still there.
+///
+/// The executor fetches the old row of every UPDATE again by TID with
+/// SnapshotAny right after its scan returned it (PG16 `ExecModifyTable`);
+/// heap answers with the version at that TID, the one the scan saw. This
+/// answers the same without a round trip. Valid only until any stream
+/// fetches, restarts or frees (the epoch), a row lock is taken (a lock may
+/// lead to a newer version: EvalPlanQual), or the (sub)transaction ends.
+#[derive(Clone, Copy)]
+struct LastRow {
+    cf: CfRef,
+    rowid: u64,
+    creator: u64,
+    tuple: *mut u8,
+    tuple_len: usize,
+    epoch: u64,
+}
+
+thread_local! {
+    static EPOCH: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static LAST_ROW: std::cell::Cell<Option<LastRow>> = const { std::cell::Cell::new(None) };
+}
+
+fn bump_epoch() {
+    EPOCH.with(|e| e.set(e.get().wrapping_add(1)));
+}
+
+/// Forget the last row handed out (see [`LastRow`]).
+pub fn forget_last_row() {
+    LAST_ROW.with(|l| l.set(None));
+}
+
+/// The row of `cf` at `rowid` as the last MVCC scan or fetch handed it out,
+/// if nothing has happened since that could change or free it.
+pub fn last_row(cf: CfRef, rowid: u64) -> Option<Row> {
+    let last = LAST_ROW.with(|l| l.get())?;
+    let epoch = EPOCH.with(|e| e.get());
+    (last.cf == cf && last.rowid == rowid && last.epoch == epoch).then_some(Row {
+        rowid,
+        creator: last.creator,
+        tuple: last.tuple,
+        tuple_len: last.tuple_len,
+    })
+}
+
 /// A resolved row: the visible version's tuple bytes (inside the stream's
 /// buffer, valid until the next fetch).
 pub struct Row {
@@ -99,6 +145,7 @@ impl RowStream {
     /// # Safety
     /// The stream must not be used afterwards.
     pub unsafe fn free(&mut self) {
+        bump_epoch();
         if !self.buf.is_null() {
             pg_sys::pfree(self.buf as *mut _);
             self.buf = std::ptr::null_mut();
@@ -111,6 +158,7 @@ impl RowStream {
 
     /// Restart the stream on rowids `[lo, hi)`.
     pub fn set_range(&mut self, lo: u64, hi: u64) {
+        bump_epoch();
         let hi = hi.min(keys::MAX_ROWID + 1);
         let (start, end) = keys::row_range(lo.min(hi), hi);
         self.next_start = start;
@@ -125,6 +173,7 @@ impl RowStream {
 
     /// Fetch the next batch from `next_start`.
     unsafe fn fetch(&mut self, doing: &str) {
+        bump_epoch();
         // SAFETY: buf has buf_cap bytes, allocated in new().
         let dest = std::slice::from_raw_parts_mut(self.buf, self.buf_cap);
         // One version per row: the newest decides nearly always; the stream
@@ -254,12 +303,26 @@ impl RowStream {
             if header.is_tombstone() {
                 continue;
             }
-            return Some(Row {
+            let row = Row {
                 creator: header.xid,
                 rowid: e.rowid,
                 tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
                 tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
-            });
+            };
+            if visibility::is_mvcc(reader) {
+                let epoch = EPOCH.with(|e| e.get());
+                LAST_ROW.with(|l| {
+                    l.set(Some(LastRow {
+                        cf: self.cf,
+                        rowid: row.rowid,
+                        creator: row.creator,
+                        tuple: row.tuple,
+                        tuple_len: row.tuple_len,
+                        epoch,
+                    }))
+                });
+            }
+            return Some(row);
         }
     }
 

@@ -23,6 +23,31 @@ pub enum Reader {
     Build(pg_sys::TransactionId),
 }
 
+/// Whether `reader` is an MVCC snapshot (sees only committed or own versions).
+///
+/// # Safety
+/// The snapshot pointer, if any, is valid.
+pub unsafe fn is_mvcc(reader: Reader) -> bool {
+    match reader {
+        Reader::Snapshot(s) => {
+            !s.is_null()
+                && matches!(
+                    (*s).snapshot_type,
+                    pg_sys::SnapshotType::SNAPSHOT_MVCC | pg_sys::SnapshotType::SNAPSHOT_HISTORIC_MVCC
+                )
+        }
+        _ => false,
+    }
+}
+
+/// Whether `snapshot` is SnapshotAny.
+///
+/// # Safety
+/// `snapshot` is null or valid.
+pub unsafe fn is_any(snapshot: pg_sys::Snapshot) -> bool {
+    !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_ANY
+}
+
 fn xid_of(h: &RowHeader) -> pg_sys::TransactionId {
     // The low 32 bits of a FullTransactionId are its TransactionId.
     pg_sys::TransactionId::from(h.xid as u32)

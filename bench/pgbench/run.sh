@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# The pasv benchmark suite: heap and pasv on one freshly initialised server
+# with pinned settings, interleaved run by run, ratios printed (pasv/heap;
+# above 1 means pasv is faster or writes less). It asserts nothing.
+#
+#   bench/pgbench/run.sh [--quick] [--sections LIST]
+#
+# Sections (default: all, in this order):
+#   tpcb     pgbench TPC-B, scale 10, 2 and 8 clients; select-only (-S);
+#            a 100-row range-sum script; single-client latency
+#   bulk     INSERT ... SELECT of N rows with and without a primary key,
+#            UPDATE and DELETE of 10 %, COPY in, count(*) and sum()
+#   tpcc     the TPC-C-like workload of bench/pgbench/tpcc (load, mix, check)
+#   wal      PostgreSQL WAL bytes per TPC-B transaction over a run spanning
+#            at least two checkpoints (checkpoint_timeout = 30s)
+#   modes    pasv against the double-logging baselines (naive, engine_wal)
+#            on TPC-B, synchronous_commit on and off
+# For every pasv run it also prints the channel's round trips per
+# transaction (pasv.channel_stats) and the machine's CPU seconds per
+# transaction (all processes, pgbench included: the same client for both).
+# --quick: shorter runs and smaller bulk loads (under 10 minutes in all).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/../common.sh"
+
+quick=0
+sections="tpcb bulk tpcc wal modes"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --sections) sections=${2//,/ }; shift ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+  shift
+done
+
+if [ "$quick" = 1 ]; then
+  T=15 BULK_ROWS=200000 TPCC_W=1 TPCC_T=30 WAL_T=65 MODE_T=15 ROUNDS=1
+else
+  T=60 BULK_ROWS=1000000 TPCC_W=2 TPCC_T=120 WAL_T=95 MODE_T=60 ROUNDS=2
+fi
+SCALE=10
+
+pgb() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/pgbench" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$@"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
+cpu_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+clk_tck=$(getconf CLK_TCK)
+
+# Round trips of every backend so far, one line "kind calls posted slept" each.
+rt_snapshot() { bench_psql -At -F' ' -c "SELECT request, calls, posted, slept FROM pasv.channel_stats()" 2>/dev/null || true; }
+# rt_report BEFORE AFTER TXNS: round trips per transaction by kind.
+rt_report() {
+  awk -v n="$3" '
+    FNR == NR { c0[$1] = $2; p0[$1] = $3; s0[$1] = $4; next }
+    { c = $2 - c0[$1]; p = $3 - p0[$1]; s = $4 - s0[$1]; tc += c; tp += p; ts += s
+      if (c + p > 0) parts = parts sprintf(" %s %.1f%s", $1, (c + p) / n, p > 0 ? "p" : "") }
+    END { if (n > 0) printf "    channel per transaction: %.1f waited round trips (%.0f%% slept), %.1f posted;%s\n", tc / n, tc > 0 ? 100 * ts / tc : 0, tp / n, parts }
+  ' <(echo "$1") <(echo "$2")
+}
+
+# run_pgbench LABEL DB CLIENTS SECONDS [pgbench args...]: one measured run;
+# prints a line and sets TPS, LAT, TXNS, WALB (bytes/txn), CPUT (CPU s/txn).
+run_pgbench() {
+  local label=$1 db=$2 clients=$3 seconds=$4 out lsn0 lsn1 j0 j1 rt0 rt1
+  shift 4
+  rt0=$(rt_snapshot)
+  lsn0=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
+  j0=$(cpu_jiffies)
+  out=$(pgb -n -c "$clients" -j "$clients" -T "$seconds" "$@" "$db" 2>&1) || { echo "$out" | tail -5; die "pgbench failed ($label)"; }
+  j1=$(cpu_jiffies)
+  lsn1=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
+  rt1=$(rt_snapshot)
+  TPS=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
+  LAT=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
+  TXNS=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+  WALB=$(bench_psql -At -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest($TXNS, 1))")
+  CPUT=$(awk -v a="$j0" -v b="$j1" -v n="$TXNS" -v hz="$clk_tck" 'BEGIN { printf "%.6f", (b - a) / hz / (n > 0 ? n : 1) }')
+  printf '  %-34s tps %9.1f  latency %7.3f ms  WAL %6d B/txn  CPU %7.1f us/txn\n' "$label" "$TPS" "$LAT" "$WALB" "$(awk -v c="$CPUT" 'BEGIN { print c * 1e6 }')"
+  case $label in *pasv*) rt_report "$rt0" "$rt1" "$TXNS" ;; esac
+}
+
+# best_of: interleave heap and pasv ROUNDS times; keep the mean TPS of each.
+# compare NAME CLIENTS SECONDS DB_SUFFIX [pgbench args...]
+compare() {
+  local name=$1 clients=$2 seconds=$3 suffix=$4 r am sum_h=0 sum_p=0 lat_h=0 lat_p=0
+  shift 4
+  for r in $(seq 1 "$ROUNDS"); do
+    for am in heap pasv; do
+      run_pgbench "$name $am #$r" "${suffix}_$am" "$clients" "$seconds" "$@"
+      if [ "$am" = heap ]; then sum_h=$(awk -v a="$sum_h" -v b="$TPS" 'BEGIN { print a + b }'); lat_h=$LAT
+      else sum_p=$(awk -v a="$sum_p" -v b="$TPS" 'BEGIN { print a + b }'); lat_p=$LAT; fi
+    done
+  done
+  printf '  => %-30s pasv/heap throughput %s   latency pasv/heap %s\n' "$name" "$(ratio "$sum_p" "$sum_h")" "$(ratio "$lat_p" "$lat_h")"
+}
+
+section_tpcb() {
+  say "pgbench TPC-B family: scale $SCALE, $T s a run, $ROUNDS round(s), heap and pasv interleaved"
+  local am
+  for am in heap pasv; do
+    local t0; t0=$(date +%s.%N)
+    bench_tpcb_db "tpcb_$am" "$am" "$SCALE"
+    note "loaded tpcb_$am in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+  done
+  bench_wait_slot tpcb_pasv
+  cat >"$PASV_HOME/bench/range_sum.sql" <<'EOF'
+\set aid random(1, 100000 * :scale - 100)
+SELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :aid AND :aid + 99;
+EOF
+  compare "TPC-B 2 clients" 2 "$T" tpcb
+  compare "TPC-B 8 clients" 8 "$T" tpcb
+  compare "select-only 2 clients" 2 "$T" tpcb -S
+  compare "100-row range sum 2 clients" 2 "$T" tpcb -f "$PASV_HOME/bench/range_sum.sql" -D scale="$SCALE"
+  compare "TPC-B 1 client (latency)" 1 "$T" tpcb
+}
+
+# timed LABEL SQL...: run SQL in one psql session with \timing; prints the
+# time of the last statement in ms into MS.
+timed() {
+  local out
+  out=$(bench_psql -d bulk -c '\timing on' "${@:2}" 2>&1) || { echo "$out"; die "bulk step failed: $1"; }
+  MS=$(sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' <<<"$out" | tail -1)
+}
+
+section_bulk() {
+  say "bulk DML: $BULK_ROWS rows (int8, int4, text(32)), heap and pasv interleaved"
+  bench_psql -c "DROP DATABASE IF EXISTS bulk" -c "CREATE DATABASE bulk" >/dev/null
+  bench_psql -d bulk -c "CREATE EXTENSION IF NOT EXISTS pasv" >/dev/null
+  local copy_file=$PASV_HOME/bench/bulk.copy n=$BULK_ROWS
+  bench_psql -d bulk -c "COPY (SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g) TO '$copy_file'"
+  bench_wait_slot bulk
+  declare -A R
+  local step am
+  for am in heap pasv; do
+    bench_psql -d bulk -c "DROP TABLE IF EXISTS b_$am, bk_$am, bc_$am" \
+      -c "CREATE TABLE b_$am (id int8, grp int4, payload text) USING $am" \
+      -c "CREATE TABLE bk_$am (id int8 PRIMARY KEY, grp int4, payload text) USING $am" \
+      -c "CREATE TABLE bc_$am (id int8, grp int4, payload text) USING $am" -c CHECKPOINT >/dev/null
+  done
+  for step in insert_noindex insert_pk update10 delete10 copy_in count sum; do
+    for am in heap pasv; do
+      case $step in
+        insert_noindex) timed "$step" -c "INSERT INTO b_$am SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g" ;;
+        insert_pk) timed "$step" -c "INSERT INTO bk_$am SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g" ;;
+        update10) timed "$step" -c "UPDATE bk_$am SET grp = grp + 1 WHERE id % 10 = 0" ;;
+        delete10) timed "$step" -c "DELETE FROM bk_$am WHERE id % 10 = 1" ;;
+        copy_in) timed "$step" -c "COPY bc_$am FROM '$copy_file'" ;;
+        count) timed "$step" -c "SELECT count(*) FROM bk_$am" ;;
+        sum) timed "$step" -c "SELECT sum(grp) FROM b_$am" ;;
+      esac
+      R[$step.$am]=$MS
+    done
+    printf '  %-16s heap %9.1f ms   pasv %9.1f ms   pasv/heap speed %s\n' "$step" "${R[$step.heap]}" "${R[$step.pasv]}" "$(ratio "${R[$step.heap]}" "${R[$step.pasv]}")"
+  done
+  rm -f "$copy_file"
+}
+
+section_tpcc() {
+  say "TPC-C-like (bench/pgbench/tpcc): $TPCC_W warehouse(s), 2 clients, $TPCC_T s, heap and pasv"
+  local am t0 load db
+  declare -A L P
+  for am in heap pasv; do
+    db=tpcc_$am
+    bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+    bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv" -c "ALTER DATABASE $db SET default_table_access_method = $am" >/dev/null
+    t0=$(date +%s.%N)
+    (cd "$HERE/tpcc" && bench_psql -d "$db" -f schema.sql >/dev/null && bench_psql -d "$db" -v warehouses="$TPCC_W" -f load.sql >/dev/null)
+    load=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    L[$am]=$load
+    bench_psql -d "$db" -c CHECKPOINT >/dev/null
+    note "loaded $db in $load s"
+  done
+  bench_wait_slot tpcc_pasv
+  for am in heap pasv; do
+    (cd "$HERE/tpcc" && run_pgbench "TPC-C-like $am" "tpcc_$am" 2 "$TPCC_T" -f new_order.sql@45 -f payment.sql@43 \
+      -f order_status.sql@4 -f delivery.sql@4 -f stock_level.sql@4 -D warehouses="$TPCC_W" --max-tries=10)
+    P[$am]=$TPS
+    (cd "$HERE/tpcc" && bench_psql -d "tpcc_$am" -f check.sql | sed 's/^/    /')
+  done
+  printf '  => TPC-C-like   pasv/heap throughput %s   load speed pasv/heap %s\n' "$(ratio "${P[pasv]}" "${P[heap]}")" "$(ratio "${L[heap]}" "${L[pasv]}")"
+}
+
+section_wal() {
+  say "WAL per TPC-B transaction across checkpoints: checkpoint_timeout = 30s, $WAL_T s a run, 2 clients"
+  bench_restart_with "checkpoint_timeout = '30s'"
+  declare -A W
+  local am
+  for am in heap pasv; do
+    [ "$(bench_psql -At -c "SELECT count(*) FROM pg_database WHERE datname = 'tpcb_$am'")" = 1 ] || bench_tpcb_db "tpcb_$am" "$am" "$SCALE"
+  done
+  bench_wait_slot tpcb_pasv
+  for am in heap pasv; do
+    local c0 c1
+    c0=$(bench_psql -At -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+    run_pgbench "TPC-B checkpointed $am" "tpcb_$am" 2 "$WAL_T"
+    c1=$(bench_psql -At -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+    note "checkpoints during the run: $((c1 - c0))"
+    W[$am]=$WALB
+  done
+  printf '  => WAL bytes per transaction pasv/heap %s (target <= 0.7)\n' "$(ratio "${W[pasv]}" "${W[heap]}")"
+  bench_restart_with "checkpoint_timeout = '30min'"
+}
+
+section_modes() {
+  say "durability modes on TPC-B (pasv tables), 2 clients, $MODE_T s: pasv against naive and engine_wal"
+  local sync mode
+  declare -A M
+  for sync in on off; do
+    for mode in naive engine_wal pasv; do
+      bench_restart_with "pasv.durability = $mode" "synchronous_commit = $sync"
+      bench_tpcb_db "tpcb_mode" pasv "$SCALE" >/dev/null
+      case $mode in pasv | naive) bench_wait_slot tpcb_mode ;; esac
+      run_pgbench "sync $sync $mode (pasv tables)" tpcb_mode 2 "$MODE_T"
+      M[$sync.$mode]=$TPS
+    done
+    printf '  => synchronous_commit %s: pasv/naive %s  pasv/engine_wal %s (targets >= 1.0, >= 1.1)\n' "$sync" \
+      "$(ratio "${M[$sync.pasv]}" "${M[$sync.naive]}")" "$(ratio "${M[$sync.pasv]}" "${M[$sync.engine_wal]}")"
+  done
+  bench_psql -c "DROP DATABASE IF EXISTS tpcb_mode" >/dev/null
+  bench_restart_with "pasv.durability = pasv" "synchronous_commit = on"
+}
+
+bench_start
+machine_line
+echo "settings: $(bench_psql -At -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'checkpoint_timeout', 'max_wal_size', 'autovacuum', 'wal_level', 'pasv.durability', 'pasv.engine_threads', 'pasv.memtable_budget', 'pasv.block_cache_size')")"
+echo "mode: $([ "$quick" = 1 ] && echo quick || echo full); runs of $T s; bulk $BULK_ROWS rows; TPC-C $TPCC_W warehouse(s), $TPCC_T s"
+start=$(date +%s)
+for s in $sections; do
+  case $s in
+    tpcb | bulk | tpcc | wal | modes) "section_$s" ;;
+    *) die "unknown section $s" ;;
+  esac
+done
+echo "total $(($(date +%s) - start)) s"

@@ -1,0 +1,80 @@
+//! Counters of the backend ⇄ engine channel, read from SQL: how many round
+//! trips each kind of request costs, how many of them slept, and what the
+//! engine's service threads did. The counters live in the channel's shared
+//! memory ([`crate::ipc::SlotStats`], [`crate::ipc::EngineStats`]); this
+//! module only reads them.
+
+use crate::ipc::{client, KindStats, REQUEST_KINDS};
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+use std::sync::atomic::Ordering;
+
+/// Round trips over the channel by request kind: `scope => 'all'` (every
+/// backend since the server started) or `'backend'` (this session).
+#[pg_extern]
+fn channel_stats(
+    scope: default!(&str, "'all'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(request, String),
+        name!(calls, i64),
+        name!(posted, i64),
+        name!(slept, i64),
+        name!(bytes_sent, i64),
+        name!(bytes_received, i64),
+    ),
+> {
+    let Some(chan) = client::channel() else {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pasv is not loaded through shared_preload_libraries",
+            "Add pasv to shared_preload_libraries and restart the server.",
+        );
+    };
+    let totals: Vec<KindStats> = match scope {
+        "all" => (0..chan.nslots()).map(|i| chan.slot(i).stats.snapshot()).fold(
+            vec![[0; 5]; REQUEST_KINDS],
+            |mut acc, slot| {
+                for (a, r) in acc.iter_mut().zip(slot) {
+                    a.iter_mut().zip(r).for_each(|(a, x)| *a += x);
+                }
+                acc
+            },
+        ),
+        "backend" => client::my_stats().unwrap_or_default(),
+        other => crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown scope \"{other}\" for pasv.channel_stats"),
+            "Use 'all' (every backend since the server started) or 'backend' (this session).",
+        ),
+    };
+    let rows: Vec<_> = totals
+        .into_iter()
+        .enumerate()
+        .filter(|(_, r)| r[0] + r[1] > 0)
+        .filter_map(|(k, r)| {
+            let name = pasv_am::protocol::op_name(k as u8)?;
+            Some((name.to_string(), r[0] as i64, r[1] as i64, r[2] as i64, r[3] as i64, r[4] as i64))
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+/// What the engine's service threads did since the server started.
+#[pg_extern]
+fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value, i64))> {
+    let Some(chan) = client::channel() else {
+        return TableIterator::new(Vec::new());
+    };
+    let e = &chan.header().engine_stats;
+    let rows = [
+        ("served", &e.served),
+        ("service_thread_sleeps", &e.sleeps),
+        ("service_thread_wakes", &e.doorbell_wakes),
+        ("backend_wakes", &e.backend_wakes),
+    ]
+    .map(|(n, c)| (n.to_string(), c.load(Ordering::Relaxed) as i64));
+    let waited: u64 = (0..chan.nslots()).map(|i| chan.slot(i).stats.waited_for_previous.load(Ordering::Relaxed)).sum();
+    TableIterator::new(rows.into_iter().chain(std::iter::once(("submits_behind_a_posted_request".to_string(), waited as i64))))
+}
