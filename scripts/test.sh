@@ -6,7 +6,9 @@
 #   3. pg_regress (sql/schedule) on a fresh cluster with pasv preloaded
 #   4. pg_regress (sql/schedule_nopreload) on a fresh cluster without it, and
 #      (sql/schedule_engine_down) on one whose engine cannot open RocksDB
-#   5. the pgbench invariant (tests/pgbench_invariant.sh) on a fresh cluster
+#   5. scripted tests on fresh clusters: the pgbench invariant, durability
+#      modes, posted writes, base backup, disk full, crash ledger, and the
+#      differential crash tester (tests/)
 # The last line is `tests: N passed, M failed` (cargo unit tests + pg_regress
 # tests; a step that fails without a test count, e.g. a build error or a broken
 # wall, counts as one failure). Exits non-zero if M > 0.
@@ -28,7 +30,7 @@ TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
 TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench" "$TEST_DIR/crash"
   "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica"
-  "$TEST_DIR/diffcrash" "$TEST_DIR/backup" "$TEST_DIR/diskfull")
+  "$TEST_DIR/diffcrash" "$TEST_DIR/backup" "$TEST_DIR/diskfull" "$TEST_DIR/posted")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -252,6 +254,15 @@ run_diff_crash() {
     "$PASV_ROOT/tests/diff_crash.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/diffcrash"
 }
 
+# tests/posted_writes.py: other sessions' unique checks and this session's
+# reads see writes the engine has not applied yet (src/ipc/HOT_PATH.md).
+run_posted_writes() {
+  local port=$1
+  ensure_traversable "$(readlink -f "$PASV_HOME/venv/bin/python")"
+  run_on_fresh_cluster "posted writes" "$TEST_DIR/posted" "$port" "" \
+    "$PASV_HOME/venv/bin/python" "$PASV_ROOT/tests/posted_writes.py" --host "$PASV_RUN" --port "$port"
+}
+
 # tests/base_backup.sh: a pg_basebackup copy refuses to serve pasv tables.
 run_base_backup() {
   local port=$1
@@ -299,6 +310,7 @@ else
     run_regress enginedown "$TEST_DIR/enginedown" "$((PASV_TEST_PORT + 2))" "$PASV_ROOT/sql/schedule_engine_down" --engine-broken
     run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
+    run_posted_writes "$((PASV_TEST_PORT + 10))"
     run_base_backup "$((PASV_TEST_PORT + 7))"
     run_disk_full "$((PASV_TEST_PORT + 9))"
     run_crash_ledger "$((PASV_TEST_PORT + 5))"

@@ -414,6 +414,25 @@ fn crash_point(name: &str, skip: default!(i32, 0)) {
     }
 }
 
+/// Test hook: the engine holds the next row write it receives (from any
+/// backend) for `microseconds` before applying it, so tests can reach the
+/// window in which a posted write is logged and not yet applied
+/// (src/ipc/HOT_PATH.md). At most 10 s.
+#[pg_extern]
+fn test_delay_next_write(microseconds: i32) {
+    require_superuser("pasv.test_delay_next_write()");
+    if !(0..=10_000_000).contains(&microseconds) {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("delay must be between 0 and 10000000 microseconds (got {microseconds})"),
+            "Pass a delay of at most 10 seconds.",
+        );
+    }
+    if let Some(chan) = crate::ipc::client::channel() {
+        chan.header().test_write_delay_us.store(microseconds as u32, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Disarm every crash point.
 #[pg_extern]
 fn clear_crash_points() {

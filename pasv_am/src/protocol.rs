@@ -111,6 +111,9 @@ mod op {
     pub const SYNC_WAL: u8 = 17;
 }
 
+/// The op byte of a `PutBatch` request (the channel's test hook delays these).
+pub const PUT_BATCH_OP: u8 = op::PUT_BATCH;
+
 /// The name of request op `op` (diagnostics: per-kind channel counters).
 pub fn op_name(op: u8) -> Option<&'static str> {
     Some(match op {

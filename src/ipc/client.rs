@@ -301,6 +301,7 @@ fn submit(
     if posted { &stats.posted[kind] } else { &stats.calls[kind] }.fetch_add(1, Ordering::Relaxed);
     stats.bytes_sent[kind].fetch_add(len as u64, Ordering::Relaxed);
     slot.request_len.store(len as u32, Ordering::Relaxed);
+    slot.posted.store(u32::from(posted), Ordering::SeqCst);
     slot.seq.fetch_add(1, Ordering::SeqCst);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
@@ -315,11 +316,11 @@ fn submit(
     Ok(kind)
 }
 
-/// Wait until every request other backends had in flight when this was
-/// called has been answered. A backend that finds no row where an index
-/// entry points, through a non-MVCC snapshot (a unique check), fences and
-/// looks again: the row's writer posts its write before it inserts the
-/// index entry, so after the fence the write is applied.
+/// Wait until every request other backends had posted and not yet seen
+/// answered when this was called has been answered. A fetch through a
+/// non-MVCC snapshot (a unique check) fences first: a writer posts its row
+/// (or its tombstone, under the row lock) before it inserts the index entry
+/// that leads here or returns, so after the fence the fetch sees it.
 pub fn fence_others() -> Result<(), ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let me = my_slot(&chan).ok();
@@ -330,7 +331,8 @@ pub fn fence_others() -> Result<(), ChannelError> {
             // Sequence first: a request submitted after this read has a
             // newer sequence, and one answered before it left the state.
             let seq = slot.seq.load(Ordering::SeqCst);
-            matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED).then_some((j, seq))
+            let in_flight = matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED);
+            (in_flight && slot.posted.load(Ordering::SeqCst) != 0).then_some((j, seq))
         })
         .collect();
     let start = Instant::now();

@@ -111,6 +111,9 @@ pub struct ChannelHeader {
     pub dbs: [DbSlot; MAX_DATABASES],
     /// 1 while a process claims a database slot.
     pub db_claim_lock: AtomicU32,
+    /// Test hook (`pasv.test_delay_next_write`): microseconds the engine
+    /// holds the next `PutBatch` before applying it; taken (reset) by it.
+    pub test_write_delay_us: AtomicU32,
     /// Armed crash points ([`crate::crash_point`]): hits left + 1, 0 disarmed.
     pub crash_points: [AtomicU32; crate::crash_point::COUNT],
 }
@@ -168,6 +171,9 @@ pub struct SlotHeader {
     /// Bumped by every submit, before the state becomes SUBMITTED (so a
     /// fence can tell a new request from the one it waits for).
     pub seq: AtomicU32,
+    /// 1 when the request in the slot was posted (nobody waits for its
+    /// answer): the requests a fence waits for.
+    pub posted: AtomicU32,
     /// What the processes that owned this slot asked of the engine. Written
     /// only by the owning backend (Relaxed: counters, read for diagnostics).
     pub stats: SlotStats,

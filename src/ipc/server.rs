@@ -56,6 +56,12 @@ pub fn serve(
             // protocol); `len` is clamped to the buffer size.
             request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
             let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+            if request.first() == Some(&pasv_am::protocol::PUT_BATCH_OP) {
+                let delay = header.test_write_delay_us.swap(0, Ordering::Relaxed);
+                if delay > 0 {
+                    std::thread::sleep(Duration::from_micros(u64::from(delay)));
+                }
+            }
             let n = handle(&request, response);
             slot.response_len.store(n as u32, Ordering::Relaxed);
             // Release (SeqCst) publishes the response bytes to the backend's

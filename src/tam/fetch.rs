@@ -49,17 +49,16 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     }
     let Some(rowid) = rowid_from_tid(tid) else { return false };
     f.stream.set_range(rowid, rowid + 1);
-    let mut row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
-    if row.is_none() && !super::visibility::is_mvcc(Reader::Snapshot(snapshot)) {
-        // A unique check (SnapshotDirty) must see a row whose writer posted
-        // it and then inserted the index entry that led here, even if the
-        // engine has not applied the write yet (engine_client: posted writes).
+    if !super::visibility::is_mvcc(Reader::Snapshot(snapshot)) {
+        // A unique check (SnapshotDirty) must see what other writers posted
+        // before the index entry that led here, or before they returned
+        // (a tombstone under their row lock), even if the engine has not
+        // applied it yet (src/ipc/HOT_PATH.md).
         if let Err(e) = crate::ipc::client::fence_others() {
             crate::error::CallError::from(e).raise("fetching a row by TID");
         }
-        f.stream.set_range(rowid, rowid + 1);
-        row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
     }
+    let row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
     match row {
         Some(row) => {
             describe_row(f.base.rel, &row, &mut f.tuple);
