@@ -167,3 +167,39 @@ BEGIN
 END $$;
 SELECT * FROM ab;
 DROP TABLE ab;
+
+-- Index scans read ahead a growing window of rowids when they walk them in
+-- order (src/tam/fetch.rs). The window must answer exactly as single
+-- fetches: rows deleted, updated, moved or inserted by this transaction,
+-- by the very statement that scans, and rows invisible to the snapshot.
+CREATE TABLE ra (k int PRIMARY KEY, v int, w int) USING pasv;
+CREATE INDEX ra_w ON ra (w);
+INSERT INTO ra SELECT g, g, g FROM generate_series(1, 2000) g;
+DELETE FROM ra WHERE k % 7 = 0;
+UPDATE ra SET v = v + 1000000 WHERE k % 5 = 0;
+UPDATE ra SET w = w + 10000 WHERE k % 11 = 0;  -- moves those rows
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT sum(v) FROM ra WHERE k BETWEEN 100 AND 1900;
+SELECT count(*), sum(v), sum(w) FROM ra WHERE k BETWEEN 100 AND 1900;
+SELECT count(*), sum(v) FROM ra WHERE w BETWEEN 1 AND 5000;
+BEGIN;
+DELETE FROM ra WHERE k BETWEEN 500 AND 520;
+INSERT INTO ra SELECT g, -g, g FROM generate_series(2001, 2100) g;
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 400 AND 2100;
+-- The statement updates rows the window has already read: each once.
+UPDATE ra SET v = v + 1 WHERE k BETWEEN 1 AND 1500;
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2100;
+ROLLBACK;
+-- A second session commits a change to rows inside a window a repeatable
+-- read transaction keeps reading: the window follows the snapshot.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2000;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE ra SET v = 0 WHERE k BETWEEN 10 AND 60" -c "DELETE FROM ra WHERE k BETWEEN 61 AND 70"
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2000;
+COMMIT;
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2000;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2000;
+DROP TABLE ra;

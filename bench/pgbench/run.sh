@@ -54,9 +54,9 @@ rt_report() {
   awk -v n="$3" '
     FNR == NR { c0[$1] = $2; p0[$1] = $3; s0[$1] = $4; next }
     { c = $2 - c0[$1]; p = $3 - p0[$1]; s = $4 - s0[$1]; tc += c; tp += p; ts += s
-      if (c + p > 0) parts = parts sprintf(" %s %.1f%s", $1, (c + p) / n, p > 0 ? "p" : "") }
-    END { if (n > 0) printf "    channel per transaction: %.1f waited round trips (%.0f%% slept), %.1f posted;%s\n", tc / n, tc > 0 ? 100 * ts / tc : 0, tp / n, parts }
-  ' <(echo "$1") <(echo "$2")
+      if (c + p > 0) parts = parts sprintf(" %s %.2f/%.2f", $1, c / n, p / n) }
+    END { if (n > 0) printf "    channel per transaction: %.1f waited round trips (%.0f%% slept), %.1f posted; by kind (waited/posted):%s\n", tc / n, (tc > 0 ? 100 * ts / tc : 0), tp / n, parts }
+  ' <(echo "$1") <(echo "$2") || true
 }
 
 # run_pgbench LABEL DB CLIENTS SECONDS [pgbench args...]: one measured run;

@@ -11,7 +11,29 @@ struct PasvIndexFetch {
     base: pg_sys::IndexFetchTableData,
     stream: RowStream,
     tuple: pg_sys::HeapTupleData,
+    /// Read-ahead (MVCC snapshots only): an index scan that asks for rowids
+    /// in ascending order (an index correlated with insertion order, e.g. a
+    /// range over a serial key) gets a growing window of rows per round
+    /// trip; `stream` holds the window `[ahead_lo, ahead_hi)` read for
+    /// `ahead_snapshot`, resolved up to `ahead_next` (exclusive), with
+    /// `peek` a resolved row not asked for yet.
+    ahead_snapshot: pg_sys::Snapshot,
+    ahead_lo: u64,
+    ahead_hi: u64,
+    ahead_next: u64,
+    peek_valid: bool,
+    peek_rowid: u64,
+    peek_creator: u64,
+    peek_tuple: *mut u8,
+    peek_len: usize,
+    /// Rows the next window reads (1 until the scan walks rowids in order,
+    /// then doubling up to [`MAX_WINDOW`]), and the rowid asked for last.
+    window: u64,
+    last_asked: u64,
 }
+
+/// Largest read-ahead window of an index scan, in rows.
+const MAX_WINDOW: u64 = 64;
 
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
@@ -19,11 +41,58 @@ pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut
     (*f).base.rel = rel;
     std::ptr::write(&mut (*f).stream, RowStream::new(cf_of(rel)));
     (*f).stream.ssi_rel = rel;
+    (*f).window = 1;
     f as *mut pg_sys::IndexFetchTableData
 }
 
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn index_fetch_reset(_data: *mut pg_sys::IndexFetchTableData) {}
+pub unsafe extern "C-unwind" fn index_fetch_reset(data: *mut pg_sys::IndexFetchTableData) {
+    let f = &mut *(data as *mut PasvIndexFetch);
+    f.ahead_snapshot = std::ptr::null_mut();
+    f.peek_valid = false;
+    f.window = 1;
+}
+
+/// The row at `rowid` from the read-ahead window, if the window covers it:
+/// `Some(Some(row))` visible, `Some(None)` not visible, `None` not covered.
+unsafe fn from_window(f: &mut PasvIndexFetch, rowid: u64, snapshot: pg_sys::Snapshot) -> Option<Option<super::stream::Row>> {
+    if f.ahead_snapshot != snapshot || rowid < f.ahead_lo || rowid >= f.ahead_hi || rowid < f.ahead_next && !(f.peek_valid && f.peek_rowid == rowid) {
+        return None;
+    }
+    // Bounded by the window: every turn consumes a row of it.
+    loop {
+        if f.peek_valid {
+            if f.peek_rowid == rowid {
+                f.peek_valid = false;
+                return Some(Some(super::stream::Row {
+                    rowid,
+                    creator: f.peek_creator,
+                    tuple: f.peek_tuple,
+                    tuple_len: f.peek_len,
+                }));
+            }
+            if f.peek_rowid > rowid {
+                return Some(None);
+            }
+            f.peek_valid = false;
+        }
+        match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
+            Some(row) => {
+                f.ahead_next = row.rowid + 1;
+                f.peek_valid = true;
+                f.peek_rowid = row.rowid;
+                f.peek_creator = row.creator;
+                f.peek_tuple = row.tuple;
+                f.peek_len = row.tuple_len;
+            }
+            None => {
+                // The window is exhausted: nothing more is visible in it.
+                f.ahead_next = f.ahead_hi;
+                return Some(None);
+            }
+        }
+    }
+}
 
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_fetch_end(data: *mut pg_sys::IndexFetchTableData) {
@@ -48,8 +117,42 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         *all_dead = false;
     }
     let Some(rowid) = rowid_from_tid(tid) else { return false };
+    let mvcc = super::visibility::is_mvcc(Reader::Snapshot(snapshot));
+    if mvcc {
+        // Data read ahead for this snapshot is as good as data read now: a
+        // version written since belongs to a transaction the snapshot does
+        // not see (commits drain their writes first) or to this command.
+        let row = match from_window(f, rowid, snapshot) {
+            Some(row) => row,
+            None => {
+                f.window = if f.ahead_snapshot == snapshot && rowid == f.last_asked.wrapping_add(1) {
+                    (f.window * 2).min(MAX_WINDOW)
+                } else {
+                    1
+                };
+                f.ahead_snapshot = snapshot;
+                f.ahead_lo = rowid;
+                f.ahead_hi = rowid.saturating_add(f.window);
+                f.ahead_next = rowid;
+                f.peek_valid = false;
+                f.stream.set_range(f.ahead_lo, f.ahead_hi);
+                from_window(f, rowid, snapshot).flatten()
+            }
+        };
+        f.last_asked = rowid;
+        return match row {
+            Some(row) => {
+                describe_row(f.base.rel, &row, &mut f.tuple);
+                super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
+                super::store_copy_in_slot(&mut f.tuple, slot);
+                true
+            }
+            None => false,
+        };
+    }
+    f.ahead_snapshot = std::ptr::null_mut();
     f.stream.set_range(rowid, rowid + 1);
-    if !super::visibility::is_mvcc(Reader::Snapshot(snapshot)) {
+    {
         // A unique check (SnapshotDirty) must see what other writers posted
         // before the index entry that led here, or before they returned
         // (a tombstone under their row lock), even if the engine has not
