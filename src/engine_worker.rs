@@ -205,7 +205,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     );
 
     let mut workers = crate::replay::Supervisor::default();
-    while BackgroundWorker::wait_latch(Some(Duration::from_millis(500))) {
+    while crate::ipc::client::worker_wait_latch(Duration::from_millis(500)) {
         flusher.serve();
         workers.tick(header);
     }
@@ -217,7 +217,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     // serving until every thread is done.
     while threads.iter().any(|t| !t.is_finished()) {
         flusher.serve();
-        BackgroundWorker::wait_latch(Some(Duration::from_millis(1)));
+        crate::ipc::client::worker_wait_latch(Duration::from_millis(1));
     }
     for t in threads {
         let _ = t.join();

@@ -173,10 +173,11 @@ section_tpcc() {
   done
   bench_wait_slot tpcc_pasv
   for am in heap pasv; do
-    (cd "$HERE/tpcc" && run_pgbench "TPC-C-like $am" "tpcc_$am" 2 "$TPCC_T" -f new_order.sql@45 -f payment.sql@43 \
-      -f order_status.sql@4 -f delivery.sql@4 -f stock_level.sql@4 -D warehouses="$TPCC_W" --max-tries=10)
+    local d=$HERE/tpcc
+    run_pgbench "TPC-C-like $am" "tpcc_$am" 2 "$TPCC_T" -f "$d/new_order.sql@45" -f "$d/payment.sql@43" \
+      -f "$d/order_status.sql@4" -f "$d/delivery.sql@4" -f "$d/stock_level.sql@4" -D warehouses="$TPCC_W" --max-tries=10
     P[$am]=$TPS
-    (cd "$HERE/tpcc" && bench_psql -d "tpcc_$am" -f check.sql | sed 's/^/    /')
+    bench_psql -d "tpcc_$am" -f "$d/check.sql" | sed 's/^/    /'
   done
   printf '  => TPC-C-like   pasv/heap throughput %s   load speed pasv/heap %s\n' "$(ratio "${P[pasv]}" "${P[heap]}")" "$(ratio "${L[heap]}" "${L[pasv]}")"
 }

@@ -24,7 +24,9 @@
 //!   on both sides, so one of the two always sees the other).
 //! * Engine threads sleep on the doorbell with `futex_wait(doorbell, seen)`:
 //!   a submit after `seen` was read changes the word and the wait returns at
-//!   once, so no wake-up is lost.
+//!   once, so no wake-up is lost. A submit wakes a sleeping thread only when
+//!   no thread is polling (`idle_pollers`, SeqCst on both sides; a poller
+//!   read `seen` before it polled, so it cannot sleep through the submit).
 //! * A backend interrupted while waiting (query cancel) leaves its slot
 //!   `SUBMITTED`/`CLAIMED`; its next request first waits for that stale
 //!   request to finish (`DONE`) and discards the answer.
@@ -102,6 +104,18 @@ pub struct ChannelHeader {
     pub doorbell: AtomicU32,
     /// Number of engine threads asleep on the doorbell (a wake is needed only then).
     pub sleeping_servers: AtomicU32,
+    /// The service thread (index + 1, 0: none) that polls longest before
+    /// sleeping (`server::LEADER_IDLE_POLLS`).
+    pub spinning_server: AtomicU32,
+    /// Service threads polling the slots with nothing to do: while one is,
+    /// a submit needs no wake (the doorbell still catches a poller that is
+    /// just going to sleep: it waits only if the doorbell did not move).
+    pub idle_pollers: AtomicU32,
+    /// Backends spinning past the short spin for an answer (at most one
+    /// does: `client::wait_done`).
+    pub long_spinners: AtomicU32,
+    /// Backends waiting for the answer to a call right now.
+    pub waiting_calls: AtomicU32,
     /// Incremented each time an engine finishes starting (diagnostics).
     pub engine_generation: AtomicU64,
     /// Engine-side counters (`pasv.engine_stats()`), since the postmaster

@@ -117,7 +117,7 @@ impl Worker<'_> {
 
         let mut next_slot_attempt = Instant::now();
         let mut last_maintenance = Instant::now() - Duration::from_secs(10);
-        while BackgroundWorker::wait_latch(Some(Duration::from_millis(200))) {
+        while crate::ipc::client::worker_wait_latch(Duration::from_millis(200)) {
             if self.slot.dropping.load(Ordering::Acquire) != 0 {
                 break;
             }
@@ -308,7 +308,7 @@ impl Worker<'_> {
     /// retry or abandon. Returns false if the worker should stop.
     fn wait_while_recovery_failed(&self) -> bool {
         while self.slot.recovery.load(Ordering::Acquire) == DB_RECOVERY_FAILED {
-            if !BackgroundWorker::wait_latch(Some(Duration::from_millis(200))) || self.slot.dropping.load(Ordering::Acquire) != 0 {
+            if !crate::ipc::client::worker_wait_latch(Duration::from_millis(200)) || self.slot.dropping.load(Ordering::Acquire) != 0 {
                 return false;
             }
         }
@@ -517,7 +517,7 @@ fn take_crash_point() -> Option<CrashPoint> {
 /// Wait (at most 10 minutes) until this worker is asked to stop.
 fn stall_until_stopped() {
     let until = Instant::now() + Duration::from_secs(600);
-    while Instant::now() < until && BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {}
+    while Instant::now() < until && crate::ipc::client::worker_wait_latch(Duration::from_millis(100)) {}
 }
 
 /// Used by DROP DATABASE: make the database's worker leave (it holds a

@@ -266,6 +266,15 @@ pub unsafe extern "C-unwind" fn relation_fetch_toast_slice(
 
 /// Pages and rows from the rowids allocated so far (an upper bound on rows:
 /// unused rowids of a backend's reserved range leave gaps).
+/// Blocks and rows for the planner, read from the engine at most once a
+/// second per table ([`engine_client::estimated_next_rowid`]).
+unsafe fn estimated_blocks(rel: pg_sys::Relation) -> (u64, u64) {
+    match engine_client::estimated_next_rowid(cf_of(rel)) {
+        Ok(rows) => (rows.div_ceil(ROWS_PER_BLOCK), rows),
+        Err(e) => e.raise(&format!("reading the size of {}", rel_name(rel))),
+    }
+}
+
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn relation_estimate_size(
     rel: pg_sys::Relation,
@@ -274,7 +283,7 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
     tuples: *mut f64,
     allvisfrac: *mut f64,
 ) {
-    let (blocks, rows) = rowid_blocks(rel);
+    let (blocks, rows) = estimated_blocks(rel);
     super::forklen::cover_blocks(rel, blocks);
     *pages = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
     *tuples = rows as f64;
