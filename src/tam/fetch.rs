@@ -140,15 +140,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
             }
         };
         f.last_asked = rowid;
-        return match row {
-            Some(row) => {
-                describe_row(f.base.rel, &row, &mut f.tuple);
-                super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
-                super::store_copy_in_slot(&mut f.tuple, slot);
-                true
-            }
-            None => false,
-        };
+        return row.is_some_and(|row| hand_out(f, &row, snapshot, slot));
     }
     f.ahead_snapshot = std::ptr::null_mut();
     f.stream.set_range(rowid, rowid + 1);
@@ -162,18 +154,18 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         }
     }
     let row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
-    match row {
-        Some(row) => {
-            describe_row(f.base.rel, &row, &mut f.tuple);
-            super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
-            // A copy the slot owns: callers may end the fetch before they read
-            // the slot (unique_key_recheck does; heap's slot keeps a buffer
-            // pin), and ending it frees the stream's memory.
-            super::store_copy_in_slot(&mut f.tuple, slot);
-            true
-        }
-        None => false,
-    }
+    row.is_some_and(|row| hand_out(f, &row, snapshot, slot))
+}
+
+/// Store a copy of `row` in `slot` (and take its SSI predicate lock).
+unsafe fn hand_out(f: &mut PasvIndexFetch, row: &super::stream::Row, snapshot: pg_sys::Snapshot, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    describe_row(f.base.rel, row, &mut f.tuple);
+    super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
+    // A copy the slot owns: callers may end the fetch before they read the
+    // slot (unique_key_recheck does; heap's slot keeps a buffer pin), and
+    // ending it frees the stream's memory.
+    super::store_copy_in_slot(&mut f.tuple, slot);
+    true
 }
 
 thread_local! {
