@@ -221,6 +221,10 @@ pub unsafe extern "C-unwind" fn tuple_fetch_row_version(
 ) -> bool {
     let Some(rowid) = rowid_from_tid(tid) else { return false };
     if super::visibility::is_any(snapshot) {
+        // The re-fetch after EvalPlanQual locked the row's latest version.
+        if super::rowops::locked_head_into_slot(rel, rowid, slot) {
+            return true;
+        }
         // UPDATE's re-fetch of the row its scan just returned.
         if let Some(row) = super::stream::last_row(cf_of(rel), rowid) {
             let mut t: pg_sys::HeapTupleData = std::mem::zeroed();

@@ -15,6 +15,7 @@ mod scan;
 mod ssi;
 mod stream;
 pub(crate) use stream::forget_last_row;
+pub(crate) use rowops::forget_locked_chain;
 mod toast;
 mod vacuum;
 pub(crate) mod versions;

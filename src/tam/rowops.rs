@@ -54,6 +54,7 @@ pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
     }
 }
 
+#[derive(Clone)]
 struct Version {
     version: u32,
     header: RowHeader,
@@ -65,6 +66,7 @@ struct Version {
 /// The newest versions of one row (down to the first whose creator did not
 /// abort, and one more), newest first. Older versions are left to the next
 /// update's pruning or VACUUM.
+#[derive(Clone)]
 struct Chain {
     versions: Vec<Version>,
 }
@@ -159,6 +161,58 @@ impl Chain {
             .map(|(_, v)| v.version)
             .collect()
     }
+}
+
+/// The chain `tuple_lock` read under an exclusive row lock it granted
+/// (EvalPlanQual locks the latest version, then the executor fetches it
+/// again with SnapshotAny and updates or deletes it). While this
+/// transaction holds the lock no other writer can change the row, so the
+/// re-fetch and the update answer from it: two round trips fewer for every
+/// contended update (session 4: TPC-B at 8 clients). Taken by the next
+/// update or delete of any row, cleared by the next `tuple_lock` and at
+/// (sub)transaction end.
+struct LockedChain {
+    cf: CfRef,
+    rowid: u64,
+    xid: u32,
+    chain: Chain,
+}
+
+thread_local! {
+    static LOCKED_CHAIN: std::cell::RefCell<Option<LockedChain>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Forget the chain of the last `tuple_lock` (see [`LockedChain`]).
+pub(crate) fn forget_locked_chain() {
+    LOCKED_CHAIN.with(|l| l.borrow_mut().take());
+}
+
+/// The chain `tuple_lock` left for row `rowid` of `cf` under this
+/// transaction's exclusive lock, if any (taken: a write follows).
+unsafe fn take_locked_chain(cf: CfRef, rowid: u64) -> Option<Chain> {
+    let locked = LOCKED_CHAIN.with(|l| l.borrow_mut().take())?;
+    let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
+    (locked.cf == cf && locked.rowid == rowid && locked.xid == xid && xid != 0).then_some(locked.chain)
+}
+
+/// SnapshotAny re-fetch of the row `tuple_lock` just locked: its head, from
+/// the chain read under the lock. False if there is none to answer from.
+pub(super) unsafe fn locked_head_into_slot(rel: pg_sys::Relation, rowid: u64, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let cf = cf_of(rel);
+    let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
+    LOCKED_CHAIN.with(|l| {
+        let l = l.borrow();
+        let Some(locked) = l.as_ref().filter(|x| x.cf == cf && x.rowid == rowid && x.xid == xid && xid != 0) else {
+            return false;
+        };
+        match locked.chain.head() {
+            Some(h) if !locked.chain.versions[h].header.is_tombstone() => {
+                store_copy(&locked.chain, rel, rowid, h, slot);
+                true
+            }
+            _ => false,
+        }
+    })
 }
 
 /// What to do when another transaction holds the row lock.
@@ -417,7 +471,16 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(tid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let (already, locked_chain) = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete, true) {
+    let reused = take_locked_chain(cf, rowid);
+    let lock = match reused {
+        // Held since tuple_lock; the chain read under it is still the row's.
+        Some(chain) => {
+            super::stream::forget_last_row();
+            LockResult::Held { already: true, chain: Some(chain) }
+        }
+        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete, true),
+    };
+    let (already, locked_chain) = match lock {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
@@ -463,7 +526,16 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let (already, locked_chain) = match lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update, true) {
+    let reused = take_locked_chain(cf, rowid);
+    let lock = match reused {
+        // Held since tuple_lock; the chain read under it is still the row's.
+        Some(chain) => {
+            super::stream::forget_last_row();
+            LockResult::Held { already: true, chain: Some(chain) }
+        }
+        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update, true),
+    };
+    let (already, locked_chain) = match lock {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
@@ -551,6 +623,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         _ => OnConflict::Wait,
     };
     (*tmfd).traversed = false;
+    forget_locked_chain();
     let doing = format!("locking a row of {}", rel_name(rel));
     // Each turn follows one "moved" link; a chain of moves is finite.
     loop {
@@ -603,6 +676,10 @@ pub unsafe extern "C-unwind" fn tuple_lock(
             (*tmfd).traversed = true;
         }
         store_copy(&chain, rel, rowid, h, slot);
+        if lock_mode == LockMode::Exclusive {
+            let xid = u32::from(pg_sys::GetTopTransactionId());
+            LOCKED_CHAIN.with(|l| *l.borrow_mut() = Some(LockedChain { cf, rowid, xid, chain }));
+        }
         return TM_Ok;
     }
 }
