@@ -292,6 +292,26 @@ unsafe fn lock_row(
     }
 }
 
+/// The exclusive row lock an UPDATE or DELETE needs, with the row's chain:
+/// from the last `tuple_lock` when it locked this very row (EvalPlanQual),
+/// else from the engine.
+unsafe fn lock_for_write(
+    rel: pg_sys::Relation,
+    cf: CfRef,
+    rowid: u64,
+    on_conflict: OnConflict,
+    oper: pg_sys::XLTW_Oper::Type,
+) -> LockResult {
+    match take_locked_chain(cf, rowid) {
+        // Held since tuple_lock; the chain read under it is still the row's.
+        Some(chain) => {
+            super::stream::forget_last_row();
+            LockResult::Held { already: true, chain: Some(chain) }
+        }
+        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, oper, true),
+    }
+}
+
 /// Read the chain under the row lock, waiting out an in-progress creator of
 /// the head (only possible for rows whose creator holds no lock: a fresh
 /// insert reached through a moved row).
@@ -471,16 +491,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(tid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let reused = take_locked_chain(cf, rowid);
-    let lock = match reused {
-        // Held since tuple_lock; the chain read under it is still the row's.
-        Some(chain) => {
-            super::stream::forget_last_row();
-            LockResult::Held { already: true, chain: Some(chain) }
-        }
-        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete, true),
-    };
-    let (already, locked_chain) = match lock {
+    let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete) {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
@@ -526,16 +537,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let reused = take_locked_chain(cf, rowid);
-    let lock = match reused {
-        // Held since tuple_lock; the chain read under it is still the row's.
-        Some(chain) => {
-            super::stream::forget_last_row();
-            LockResult::Held { already: true, chain: Some(chain) }
-        }
-        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, pg_sys::XLTW_Oper::XLTW_Update, true),
-    };
-    let (already, locked_chain) = match lock {
+    let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Update) {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
