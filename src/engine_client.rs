@@ -5,9 +5,11 @@
 //! collected here and sent as one `PutBatch` when the buffer fills, before
 //! any other engine call by this backend (so every read this backend makes
 //! sees its own writes), when the transaction id changes, at pre-commit and
-//! at `finish_bulk_insert`. Tables with indexes are written through at once:
-//! another backend's unique check may fetch the row by TID through the index
-//! at any moment, so the row must already be in the engine.
+//! at `finish_bulk_insert`. Tables with indexes are written through at once
+//! (posted: see `put_batch_raw`): another backend's unique check may fetch
+//! the row by TID through the index at any moment, and its fence
+//! (`ipc::client::fence_others`) waits only for requests already posted, not
+//! for rows still buffered in this backend.
 //!
 //! Owed logs (DESIGN §4: a write is logged under the xid whose fate decides
 //! it). Buffered rows of a (sub)transaction may be sent by the first engine

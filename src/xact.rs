@@ -160,8 +160,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            crate::tam::forget_last_row();
-            crate::tam::forget_locked_chain();
+            crate::tam::forget_cached_rows();
             engine_client::owed_clear(); // settled at pre-commit
             let locks_of = LOCKS_OF.with(|l| l.replace(0));
             if !crate::flushflag::after_commit(locks_of) {
@@ -171,8 +170,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
-            crate::tam::forget_last_row();
-            crate::tam::forget_locked_chain();
+            crate::tam::forget_cached_rows();
             engine_client::discard_pending();
             engine_client::owed_clear();
             crate::flushflag::after_abort();
@@ -200,8 +198,7 @@ unsafe extern "C-unwind" fn subxact_callback(
     let level = pg_sys::GetCurrentTransactionNestLevel();
     match event {
         SUBXACT_EVENT_ABORT_SUB => {
-            crate::tam::forget_last_row();
-            crate::tam::forget_locked_chain();
+            crate::tam::forget_cached_rows();
             engine_client::subxact_aborted(level);
             finish_levels(level, When::Abort);
         }

@@ -182,20 +182,28 @@ pub(crate) fn nap(ms: i64) {
     pgrx::check_for_interrupts!();
 }
 
+/// Spin until `slot` is DONE (true) or `until` has passed since `start`
+/// (false). The clock is read every 64 polls only.
+fn spin_until_done(slot: &super::SlotHeader, start: Instant, until: Duration) -> bool {
+    let mut spins: u32 = 0;
+    loop {
+        if slot.state.load(Ordering::Acquire) == DONE {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 && start.elapsed() >= until {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Wait until slot `i` is DONE; whether the wait slept.
 fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     let slot = chan.slot(i);
     let start = Instant::now();
-    let mut spins: u32 = 0;
-    loop {
-        if slot.state.load(Ordering::Acquire) == DONE {
-            return Ok(false);
-        }
-        spins = spins.wrapping_add(1);
-        if spins % 64 == 0 && start.elapsed() >= ANSWER_SPIN {
-            break;
-        }
-        std::hint::spin_loop();
+    if spin_until_done(slot, start, ANSWER_SPIN) {
+        return Ok(false);
     }
     // A backend that is the only one waiting for the engine spins on for a
     // slow answer (a point read takes the engine 10-30 µs): a futex sleep
@@ -204,26 +212,13 @@ fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     // cores are busy and spinning would take them from the engine's threads
     // (select-only with 2 clients fell from 6 500 to 2 500 TPS).
     let h = chan.header();
-    let alone = h.waiting_calls.load(Ordering::Relaxed) <= 1;
-    if alone && h.long_spinners.fetch_add(1, Ordering::SeqCst) == 0 {
-        let mut answered = false;
-        loop {
-            if slot.state.load(Ordering::Acquire) == DONE {
-                answered = true;
-                break;
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && start.elapsed() >= LONG_ANSWER_SPIN {
-                break;
-            }
-            std::hint::spin_loop();
-        }
+    if h.waiting_calls.load(Ordering::Relaxed) <= 1 {
+        let first = h.long_spinners.fetch_add(1, Ordering::SeqCst) == 0;
+        let answered = first && spin_until_done(slot, start, LONG_ANSWER_SPIN);
         h.long_spinners.fetch_sub(1, Ordering::SeqCst);
         if answered {
             return Ok(false);
         }
-    } else if alone {
-        h.long_spinners.fetch_sub(1, Ordering::SeqCst);
     }
     loop {
         slot.waiting.store(1, Ordering::SeqCst);

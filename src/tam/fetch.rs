@@ -144,14 +144,12 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     }
     f.ahead_snapshot = std::ptr::null_mut();
     f.stream.set_range(rowid, rowid + 1);
-    {
-        // A unique check (SnapshotDirty) must see what other writers posted
-        // before the index entry that led here, or before they returned
-        // (a tombstone under their row lock), even if the engine has not
-        // applied it yet (src/ipc/HOT_PATH.md).
-        if let Err(e) = crate::ipc::client::fence_others() {
-            crate::error::CallError::from(e).raise("fetching a row by TID");
-        }
+    // A unique check (SnapshotDirty) must see what other writers posted
+    // before the index entry that led here, or before they returned (a
+    // tombstone under their row lock), even if the engine has not applied it
+    // yet (src/ipc/HOT_PATH.md).
+    if let Err(e) = crate::ipc::client::fence_others() {
+        crate::error::CallError::from(e).raise("fetching a row by TID");
     }
     let row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
     row.is_some_and(|row| hand_out(f, &row, snapshot, slot))

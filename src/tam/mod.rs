@@ -14,8 +14,6 @@ mod rowops;
 mod scan;
 mod ssi;
 mod stream;
-pub(crate) use stream::forget_last_row;
-pub(crate) use rowops::forget_locked_chain;
 mod toast;
 mod vacuum;
 pub(crate) mod versions;
@@ -185,4 +183,12 @@ pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &
         *count += 1;
         true
     });
+}
+
+/// Forget the rows this backend kept to answer re-fetches without a round
+/// trip (the scan's last row, the chain `tuple_lock` read): at the end of a
+/// (sub)transaction they may be freed or superseded.
+pub(crate) fn forget_cached_rows() {
+    stream::forget_last_row();
+    rowops::forget_locked_chain();
 }

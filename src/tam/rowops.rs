@@ -183,7 +183,7 @@ thread_local! {
 }
 
 /// Forget the chain of the last `tuple_lock` (see [`LockedChain`]).
-pub(crate) fn forget_locked_chain() {
+pub(super) fn forget_locked_chain() {
     LOCKED_CHAIN.with(|l| l.borrow_mut().take());
 }
 
