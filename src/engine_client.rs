@@ -22,6 +22,11 @@
 //! again before this backend's next engine call (so before anything else it
 //! logs) or at pre-commit. Rows of an owner that aborts are dead: their debt
 //! goes with them.
+//!
+//! Calls the channel (`crate::ipc::client`), the WAL (`crate::wal`: logging
+//! a change, and the rules before an engine write) and records what the
+//! transaction wrote in `crate::written_tables`. It never calls
+//! `crate::flushflag`: that module calls this one, and only that way round.
 
 use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
@@ -144,7 +149,7 @@ pub fn ping() -> Result<(), CallError> {
 
 pub fn create_cf(cf: CfRef) -> Result<(), CallError> {
     forget_rowids(cf);
-    let created_lsn = crate::flushflag::creation_point();
+    let created_lsn = crate::wal::creation_point();
     call(&Request::CreateCf { cf, created_lsn }, expect_ok("CreateCf"))?;
     crate::crash_point::reach(crate::crash_point::Point::CreateTable);
     crate::replay::database_uses_pasv(cf.db);
@@ -165,7 +170,7 @@ pub fn drop_database(db: u32) -> Result<(), CallError> {
 pub fn truncate_cf(cf: CfRef) -> Result<(), CallError> {
     discard_pending_for(cf);
     forget_rowids(cf);
-    let created_lsn = crate::flushflag::creation_point();
+    let created_lsn = crate::wal::creation_point();
     call(&Request::TruncateCf { cf, created_lsn }, expect_ok("TruncateCf"))?;
     crate::crash_point::reach(crate::crash_point::Point::Truncate);
     Ok(())
@@ -377,7 +382,7 @@ fn nest_level() -> i32 {
 fn log_message(cf: CfRef, message: &[u8]) -> u64 {
     // SAFETY: called in a backend inside the writing transaction.
     let lsn = unsafe { crate::wal::log_change(message) };
-    crate::flushflag::note_write(cf, lsn);
+    crate::written_tables::note_write(cf, lsn);
     lsn
 }
 
@@ -407,11 +412,11 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), Call
                     OWED.with(|o| o.borrow_mut().push(Owed { message, cf, owner, logged_at }));
                 }
                 let lsn = log_message(cf, &out[..len]);
-                crate::flushflag::xid_logged_before_engine_wal(lsn);
+                crate::wal::xid_logged_before_engine_wal(lsn);
                 crate::crash_point::reach(crate::crash_point::Point::AfterLogBeforeWrite);
                 out[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
             } else {
-                crate::flushflag::note_write(cf, 0);
+                crate::written_tables::note_write(cf, 0);
             }
             Ok(len)
         },

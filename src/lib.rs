@@ -11,7 +11,8 @@
 //! * `xact`            pending drops, pre-commit flush, PREPARE refusal, row-lock release
 //! * `wal`             every change logged to PostgreSQL's WAL as a logical message
 //! * `wal_flush`       WAL before data: the engine main thread's XLogFlush service
-//! * `flushflag/`      per-transaction bookkeeping for flush flags; pre-commit durability
+//! * `flushflag/`      flush flags at commit; pre-commit durability (calls `engine_client`)
+//! * `written_tables`  which pasv tables this transaction wrote (filled by `engine_client`)
 //! * `replay/`         output plugin + per-database replay worker (slot, recovery, DPP)
 //! * `sql_api`         SQL-callable functions (`pasv.*`)
 //! * `verify`          `pasv.verify(regclass)`: a table's consistency, as rows of problems
@@ -36,6 +37,7 @@ mod tam;
 mod verify;
 mod wal;
 mod wal_flush;
+mod written_tables;
 mod xact;
 
 /// PostgreSQL's `%X/%X` spelling of an LSN.

@@ -5,7 +5,13 @@
 //! aborted (sub)transactions are dropped by logical decoding; replaying the
 //! committed ones in commit order rebuilds what a crash lost (`replay/`).
 //! Not in `unlogged` mode, which logs nothing.
+//!
+//! Also the two WAL rules a backend obeys around engine writes: a new CF
+//! incarnation is created at a durable WAL position ([`creation_point`]),
+//! and in `engine_wal` mode the writing xid is durable in PostgreSQL's WAL
+//! before RocksDB's WAL holds its rows ([`xid_logged_before_engine_wal`]).
 
+use crate::guc::{self, DurabilityMode};
 use pgrx::pg_sys;
 use std::ffi::{c_char, CStr};
 
@@ -71,4 +77,46 @@ pub unsafe fn flush_inserted() -> pg_sys::XLogRecPtr {
     let end = inserted_end();
     pg_sys::ffi::pg_guard_ffi_boundary(|| pg_sys::XLogFlush(end));
     end
+}
+
+/// The creation point of a new CF incarnation: the end of the WAL inserted
+/// so far, made durable. Every message logged before it (a reused
+/// relfilenumber's past, rows emptied by a TRUNCATE in the creating
+/// transaction) starts below it; every later one at or above it.
+pub fn creation_point() -> u64 {
+    if !guc::durability().replays() {
+        return 0;
+    }
+    // SAFETY: a backend.
+    unsafe { flush_inserted() }
+}
+
+thread_local! {
+    /// `engine_wal` mode: the (sub)transaction whose first message is known
+    /// durable.
+    static XID_DURABLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// `engine_wal` mode, before a change logged by the record ending at `lsn`
+/// goes to the engine: RocksDB writes it to its own WAL at once, and that
+/// survives a crash of PostgreSQL, so PostgreSQL's WAL must first durably
+/// hold a record of the writing (sub)transaction's xid. Otherwise the xid
+/// could be handed out again after the crash and the new transaction's
+/// commit would make these rows visible. Once per (sub)transaction, and
+/// only if no other commit has flushed that far already.
+pub fn xid_logged_before_engine_wal(lsn: u64) {
+    if guc::durability() != DurabilityMode::EngineWal {
+        return;
+    }
+    // SAFETY: plain reads of transaction and WAL state in a backend.
+    unsafe {
+        let xid = u32::from(pg_sys::GetCurrentTransactionIdIfAny());
+        if XID_DURABLE.with(|x| x.get()) == xid {
+            return;
+        }
+        if pg_sys::GetFlushRecPtr(std::ptr::null_mut()) < lsn {
+            pg_sys::XLogFlush(lsn);
+        }
+        XID_DURABLE.with(|x| x.set(xid));
+    }
 }

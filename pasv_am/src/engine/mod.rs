@@ -1,0 +1,392 @@
+//! The storage engine: one RocksDB instance holding every pasv table.
+//!
+//! This file owns the [`Engine`] value itself: opening RocksDB with the
+//! options every CF shares, rebuilding the table map from the CF names and
+//! the meta CF, and closing. Each thing the engine does lives in its own
+//! file, as an `impl Engine` block over the same fields:
+//!
+//! * `cf_registry` — which CF is a table's current incarnation; create,
+//!   drop and truncate; a table's statistics.
+//! * `rowid_allocation` — where a new row gets its rowid, and why no rowid
+//!   is ever handed out twice.
+//! * `put_batch` — atomic writes of row versions and deletes.
+//! * `scan` — range reads: every entry, or a row's few newest versions.
+//! * `persistence` — flush flags, memtable flushes, the persistence report.
+//! * `locks` — the in-memory row lock table, reached through the engine.
+//! * `config`, `error` — how it is opened and what can fail.
+//!
+//! May call RocksDB and this crate's codecs (keys, CF names, flush flags,
+//! protocol types, WAL ordering); never PostgreSQL or shared memory. The
+//! engine worker reaches it through [`crate::server`].
+//!
+//! Invariants kept by this file (each concept's file states its own):
+//! * RocksDB's WAL is off for every write: PostgreSQL's WAL already holds
+//!   each change. Only the `engine_wal` mode, the double-logging baseline of
+//!   DESIGN §7, turns it on.
+//! * No memtable reaches disk ahead of the PostgreSQL WAL that logged it:
+//!   writers raise their CF's `max_lsn` first, and the flush listener of
+//!   [`crate::wal_order`] waits for the WAL to be durable that far.
+//! * Memory stays bounded however many tables exist: all CFs draw on one
+//!   memtable budget (`WriteBufferManager`) and one LRU block cache, which
+//!   is charged for index and filter blocks too.
+//! * `opened_clean` is true only if no memtable content was lost: a clean
+//!   `close` leaves a marker in the meta CF, and `open` deletes it durably
+//!   before it writes anything else.
+//! * [`Engine`] is `Send + Sync`: the worker's service threads share one.
+
+mod cf_registry;
+mod config;
+mod error;
+mod locks;
+mod persistence;
+mod put_batch;
+mod rowid_allocation;
+mod scan;
+#[cfg(test)]
+pub(crate) mod test_support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use rocksdb::{
+    BlockBasedOptions, BoundColumnFamily, Cache, ColumnFamilyDescriptor, DBCompressionType,
+    DBWithThreadMode, MultiThreaded, Options, WriteBufferManager, WriteOptions,
+    DEFAULT_COLUMN_FAMILY_NAME,
+};
+
+use crate::cf_name::{TableCf, META_CF};
+use crate::protocol::CfRef;
+use crate::row_locks::RowLockTable;
+use crate::wal_order::{self, LsnBook, NoWal, WalDurability};
+
+use cf_registry::{created_lsn_key, read_next_incarnation, Ddl, TableEntry, FIRST_INCARNATION};
+use error::{rocks, rocks_with};
+use persistence::read_flag;
+use rowid_allocation::{next_rowid_from_data, rowid_floor_key};
+
+pub use crate::row_locks::LockOutcome;
+pub use cf_registry::CfInfo;
+pub use config::{Durability, EngineConfig};
+pub use error::EngineError;
+pub use persistence::CfPersistence;
+
+type Db = DBWithThreadMode<MultiThreaded>;
+
+/// Meta CF key present only between a clean close and the next open.
+const CLEAN_CLOSE_KEY: &[u8] = b"clean_close";
+
+/// The storage engine. See the module documentation for its invariants.
+pub struct Engine {
+    // Field order is drop order: the DB (and its CF handles) closes before the
+    // options, cache and write buffer manager it uses are released.
+    db: Db,
+    tables: RwLock<HashMap<CfRef, Arc<TableEntry>>>,
+    ddl: Mutex<Ddl>,
+    row_locks: Mutex<RowLockTable>,
+    write_options: WriteOptions,
+    cf_options: Options,
+    lsn_book: Arc<LsnBook>,
+    durability: Durability,
+    opened_clean: bool,
+    _block_cache: Cache,
+    _write_buffer_manager: WriteBufferManager,
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+};
+
+impl Engine {
+    /// Opens the engine for use outside PostgreSQL (tests): no WAL to wait for.
+    pub fn open(cfg: EngineConfig) -> Result<Engine, EngineError> {
+        Engine::open_with_wal(cfg, Arc::new(NoWal))
+    }
+
+    /// Opens (creating if needed) the RocksDB instance and every CF in it;
+    /// `wal` makes PostgreSQL's WAL durable before any memtable flush.
+    pub fn open_with_wal(cfg: EngineConfig, wal: Arc<dyn WalDurability>) -> Result<Engine, EngineError> {
+        let lsn_book = Arc::new(LsnBook::new(wal));
+        let block_cache = Cache::new_lru_cache(cfg.block_cache_bytes);
+        // allow_stall = false: over budget, RocksDB flushes the largest memtable
+        // instead of blocking writers (a stalled writer could hold up the thread
+        // that must XLogFlush for that very flush).
+        let write_buffer_manager =
+            WriteBufferManager::new_write_buffer_manager(cfg.memtable_budget_bytes, false);
+
+        let mut table_options = BlockBasedOptions::default();
+        table_options.set_block_cache(&block_cache);
+        table_options.set_cache_index_and_filter_blocks(true);
+        table_options.set_pin_l0_filter_and_index_blocks_in_cache(true);
+
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_write_buffer_manager(&write_buffer_manager);
+        options.set_block_based_table_factory(&table_options);
+        options.set_compression_type(DBCompressionType::Lz4);
+        options.set_bottommost_compression_type(DBCompressionType::Zstd);
+        if cfg.background_jobs > 0 {
+            options.set_max_background_jobs(cfg.background_jobs);
+        }
+        {
+            use rocksdb::AsRawPtr;
+            // SAFETY: the options object is alive; the listener holds its own
+            // reference to the book.
+            unsafe { wal_order::install(options.as_raw_ptr() as *mut std::ffi::c_void, &lsn_book) };
+        }
+
+        let mut names = BTreeSet::from([DEFAULT_COLUMN_FAMILY_NAME.to_owned(), META_CF.to_owned()]);
+        if cfg.path.join("CURRENT").exists() {
+            names.extend(Db::list_cf(&options, &cfg.path).map_err(rocks("list column families"))?);
+        }
+        let descriptors = names
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, options.clone()));
+        let db = Db::open_cf_descriptors(&options, &cfg.path, descriptors).map_err(rocks_with(
+            || format!("open RocksDB at {}", cfg.path.display()),
+        ))?;
+
+        // The newest incarnation of each table wins; older ones are unreachable.
+        let mut newest: BTreeMap<CfRef, TableCf> = BTreeMap::new();
+        let mut shadowed = Vec::new();
+        for cf in names.iter().filter_map(|name| TableCf::parse(name)) {
+            let key = CfRef {
+                db: cf.db,
+                rel: cf.rel,
+            };
+            match newest.get(&key) {
+                Some(kept) if kept.incarnation > cf.incarnation => shadowed.push(cf),
+                Some(kept) => {
+                    shadowed.push(*kept);
+                    newest.insert(key, cf);
+                }
+                None => {
+                    newest.insert(key, cf);
+                }
+            }
+        }
+        for cf in &shadowed {
+            db.drop_cf(&cf.name())
+                .map_err(rocks_with(|| format!("drop shadowed {cf}")))?;
+        }
+
+        let persisted = read_next_incarnation(&db)?;
+        let past_names = names
+            .iter()
+            .filter_map(|name| TableCf::parse(name))
+            .map(|cf| cf.incarnation.saturating_add(1))
+            .max()
+            .unwrap_or(FIRST_INCARNATION);
+        let next_incarnation = persisted.max(past_names).max(FIRST_INCARNATION);
+
+        let meta = db
+            .cf_handle(META_CF)
+            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
+        let mut tables = HashMap::with_capacity(newest.len());
+        for (key, cf) in newest {
+            let name = cf.name();
+            let floor = db
+                .get_cf(&meta, rowid_floor_key(&name))
+                .map_err(rocks("read a rowid floor"))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(0, u64::from_le_bytes);
+            let next_rowid = next_rowid_from_data(&db, &name)?.max(floor);
+            let created_lsn = db
+                .get_cf(&meta, created_lsn_key(&name))
+                .map_err(rocks("read a creation LSN"))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(0, u64::from_le_bytes);
+            let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
+            if let Some(flag) = read_flag(&db, &name, true)? {
+                entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
+            }
+            lsn_book.register(cf, Arc::clone(&entry.max_lsn));
+            tables.insert(key, entry);
+        }
+
+        // The marker goes durably before anything else can be written, so a
+        // crash from here on is never mistaken for a clean close.
+        let opened_clean = db
+            .get_cf(&meta, CLEAN_CLOSE_KEY)
+            .map_err(rocks("read the clean-close marker"))?
+            .is_some();
+        if opened_clean {
+            let mut once = WriteOptions::default();
+            once.disable_wal(true);
+            db.delete_cf_opt(&meta, CLEAN_CLOSE_KEY, &once)
+                .map_err(rocks("remove the clean-close marker"))?;
+            db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
+        }
+        drop(meta);
+
+        let mut write_options = WriteOptions::default();
+        write_options.disable_wal(cfg.durability != Durability::EngineWal);
+        // A write into a CF dropped meanwhile (a flag racing a DROP) must fail
+        // only itself: without this RocksDB turns it into a background error
+        // that refuses every later write to any CF. `put_batch_at` checks
+        // afterwards whether its CF still exists.
+        write_options.set_ignore_missing_column_families(true);
+
+        Ok(Engine {
+            db,
+            tables: RwLock::new(tables),
+            ddl: Mutex::new(Ddl { next_incarnation }),
+            row_locks: Mutex::new(RowLockTable::new()),
+            write_options,
+            cf_options: options,
+            lsn_book,
+            durability: cfg.durability,
+            opened_clean,
+            _block_cache: block_cache,
+            _write_buffer_manager: write_buffer_manager,
+        })
+    }
+
+    /// Flushes everything, marks the close clean if `clean` and closes
+    /// RocksDB. The caller has made the WAL durable past every write (no
+    /// flush waits). Not clean: a database is still recovering, so the next
+    /// open must recover again (DESIGN §6: a store is marked clean only by a
+    /// shutdown that left no database recovering).
+    pub fn close(self, clean: bool) -> Result<(), EngineError> {
+        self.flush_all()?;
+        if !clean {
+            drop(self);
+            return Ok(());
+        }
+        let meta = self.meta_handle()?;
+        self.db
+            .put_cf_opt(&meta, CLEAN_CLOSE_KEY, [1u8], &self.write_options)
+            .map_err(rocks("write the clean-close marker"))?;
+        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
+        drop(meta);
+        drop(self);
+        Ok(())
+    }
+
+    /// Whether the last close was clean (nothing in memtables was lost).
+    pub fn opened_clean(&self) -> bool {
+        self.opened_clean
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn meta_handle(&self) -> Result<Arc<BoundColumnFamily<'_>>, EngineError> {
+        self.db
+            .cf_handle(META_CF)
+            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("path", &self.db.path())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{config, open, put_rows, rowids_of, scan_all, TempDir, T};
+    use super::*;
+    use crate::flush_flag::FLAG_KEY;
+    use crate::keys::{row_key, row_range};
+    #[test]
+    fn a_write_into_a_cf_dropped_meanwhile_fails_alone() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let name = engine.table_entry_name(T);
+        let stale = engine.db.cf_handle(&name).unwrap();
+        engine.drop_cf(T).unwrap();
+        // What a flag write racing the DROP does: its handle outlived the CF.
+        let _ = engine.db.put_cf_opt(&stale, FLAG_KEY, [0u8; 8], &engine.write_options);
+        drop(stale);
+        // No background error: DDL and writes to other CFs still work.
+        let other = CfRef { db: T.db, rel: T.rel + 1 };
+        engine.create_cf(other).unwrap();
+        put_rows(&engine, other, [1, 2]);
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(rowids_of(&scan_all(&engine, other, &lo, &hi, 4096, 0).0), [1, 2]);
+    }
+
+    #[test]
+    fn a_close_that_is_not_clean_leaves_no_marker() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, [1]);
+        engine.close(false).unwrap();
+        let engine = open(&dir);
+        assert!(!engine.opened_clean(), "a store closed while recovering was marked clean");
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(rowids_of(&scan_all(&engine, T, &lo, &hi, 4096, 0).0), [1], "close still flushes");
+    }
+
+    #[test]
+    fn close_is_clean_and_the_marker_is_consumed_by_open() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        engine.close(true).unwrap();
+        let engine = open(&dir);
+        assert!(engine.opened_clean());
+        drop(engine); // a crash: no close
+        assert!(!open(&dir).opened_clean());
+    }
+
+    #[test]
+    fn open_keeps_the_newest_of_duplicate_incarnations() {
+        let dir = TempDir::new();
+        let cfg = config(&dir);
+        {
+            // What a crash inside truncate_cf leaves: two incarnations of one table.
+            let mut opts = Options::default();
+            opts.create_if_missing(true);
+            let raw = rocksdb::DB::open(&opts, &cfg.path).unwrap();
+            for (incarnation, rowid) in [(3, 1), (9, 2)] {
+                let name = TableCf {
+                    db: 5,
+                    rel: 16384,
+                    incarnation,
+                }
+                .name();
+                raw.create_cf(&name, &opts).unwrap();
+                let handle = raw.cf_handle(&name).unwrap();
+                raw.put_cf(&handle, row_key(rowid, 0), b"x").unwrap();
+            }
+            raw.create_cf("unrelated", &opts).unwrap();
+            raw.flush().unwrap();
+            drop(raw);
+        }
+        let engine = Engine::open(cfg.clone()).unwrap();
+        assert_eq!(
+            engine.list_table_cfs(),
+            [TableCf {
+                db: 5,
+                rel: 16384,
+                incarnation: 9
+            }]
+        );
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 3);
+        let other = CfRef { db: 1, rel: 1 };
+        assert!(engine.create_cf(other).unwrap().incarnation >= 10);
+        drop(engine);
+        let names = rocksdb::DB::list_cf(&Options::default(), &cfg.path).unwrap();
+        assert!(
+            !names.contains(
+                &TableCf {
+                    db: 5,
+                    rel: 16384,
+                    incarnation: 3
+                }
+                .name()
+            ),
+            "{names:?}"
+        );
+        assert!(names.contains(&"unrelated".to_owned()));
+    }
+}

@@ -1,0 +1,125 @@
+//! Writing rows: the entries of one request as one atomic RocksDB write.
+//!
+//! Owns `put_batch` and `put_batch_at`. An entry with an empty value deletes
+//! its key, so a version chain's new head and the removal of its dead
+//! versions land together. Calls RocksDB; finds the table in the registry.
+//!
+//! Invariants:
+//! * Every key is the row key of a rowid ≤ `MAX_ROWID`; a batch holding any
+//!   other key is refused whole, before anything is written.
+//! * Before the write, the CF's `max_lsn` covers the batch's LSN (WAL before
+//!   data) and `next_rowid` is past every rowid the batch creates.
+//! * A batch racing a DROP of its CF fails alone: the write options let
+//!   RocksDB skip a CF that vanished, and the CF is looked up again after.
+
+use std::sync::atomic::Ordering;
+
+use rocksdb::WriteBatch;
+
+use super::error::rocks_with;
+use super::{Engine, EngineError};
+use crate::keys::{decode_row_key, MAX_ROWID};
+use crate::protocol::{CfRef, EntryBatch};
+
+impl Engine {
+    /// Writes the entries atomically (one WriteBatch, RocksDB WAL off). Every
+    /// key must be a row key ([`crate::keys::row_key`]) of a rowid ≤ `MAX_ROWID`.
+    pub fn put_batch(&self, cf: CfRef, batch: EntryBatch<'_>) -> Result<(), EngineError> {
+        self.put_batch_at(cf, 0, batch)
+    }
+
+    /// [`Engine::put_batch`] of the change logged by the WAL record ending at
+    /// `lsn` (0: already durable, e.g. replay).
+    pub fn put_batch_at(&self, cf: CfRef, lsn: u64, batch: EntryBatch<'_>) -> Result<(), EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
+        let mut max_rowid: Option<u64> = None;
+        for (key, value) in batch.iter() {
+            let rowid = match decode_row_key(key) {
+                Some((rowid, _)) if rowid <= MAX_ROWID => rowid,
+                _ => {
+                    return Err(EngineError::BadRequest(format!(
+                        "{}-byte key is not a row key",
+                        key.len()
+                    )))
+                }
+            };
+            if value.is_empty() {
+                // An empty value deletes the key (see protocol::Request::PutBatch).
+                write.delete_cf(&handle, key);
+            } else {
+                max_rowid = max_rowid.max(Some(rowid));
+                write.put_cf(&handle, key, value);
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Raised before the write, so no allocation can hand out a rowid that
+        // is already visible in the CF (replay writes rows nobody allocated).
+        if let Some(max_rowid) = max_rowid {
+            entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
+        }
+        // Before the write: a flush that sees the write also sees its LSN.
+        entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
+        self.db
+            .write_opt(write, &self.write_options)
+            .map_err(rocks_with(|| {
+                format!("write {} entries into {}", batch.len(), entry.name)
+            }))?;
+        // Written into nothing if a DDL dropped the CF meanwhile.
+        self.handle(cf, &entry).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{open, put_rows, scan_all, value, TempDir, T};
+    use super::*;
+    use crate::keys::{row_key, row_range};
+    use crate::protocol::{BatchBuilder, ErrorCode};
+    #[test]
+    fn empty_value_deletes_in_the_same_batch() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..3);
+        // One batch: a new version of row 1 and the removal of rows 0 and 2.
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 7), &value(1, 3)).unwrap();
+        batch.push(&row_key(0, 0), &[]).unwrap();
+        batch.push(&row_key(2, 0), &[]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let (rows, _) = scan_all(&engine, T, &start, &end, 1 << 20, 0);
+        let keys: Vec<_> = rows.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+        assert_eq!(keys, vec![(1, 7), (1, 0)]);
+        // Deleting a missing key is not an error; next_rowid ignores deletes.
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(900, 0), &[]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 3);
+    }
+
+    #[test]
+    fn put_batch_rejects_non_row_keys_and_raises_next_rowid() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(1, 0), b"ok").unwrap();
+        batch.push(b"short", b"bad").unwrap();
+        let err = engine.put_batch(T, batch.as_batch()).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::BadRequest);
+        // Atomic: nothing of the rejected batch was written.
+        let (lo, hi) = row_range(0, 100);
+        assert!(scan_all(&engine, T, &lo, &hi, 4096, 0).0.is_empty());
+        assert_eq!(engine.cf_info(T).unwrap().next_rowid, 0);
+
+        // A write of rows nobody allocated (replay) moves allocation past them.
+        put_rows(&engine, T, [41]);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 42);
+        engine.put_batch(T, EntryBatch::default()).unwrap();
+    }
+}

@@ -1,0 +1,210 @@
+//! Where a row gets its rowid: allocation from a table's counter, and the
+//! durable floor that keeps a rowid from ever being handed out twice.
+//!
+//! Owns `alloc_rowids`, the per-CF rowid floor kept in the meta CF, and how
+//! `open` recovers a table's `next_rowid`. Calls RocksDB (meta CF writes and
+//! flushes; one backward seek per CF at open).
+//!
+//! Invariants:
+//! * `next_rowid` is above every rowid in the CF and every rowid handed out
+//!   before, across crashes too. Three rules give this: allocation stays
+//!   below the durable floor, which is raised and flushed ahead of it; `open`
+//!   starts from the larger of the floor and one past the highest row key;
+//!   and `put_batch` moves `next_rowid` past the rowids it writes (replay
+//!   writes rows nobody allocated).
+//! * It matters because PostgreSQL's indexes point at rows by TID, that is
+//!   by rowid, and their entries outlive a crash through PostgreSQL's WAL
+//!   even where the row itself was lost.
+//! * Rowids end at `MAX_ROWID`: allocation past it fails, it never wraps.
+
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
+
+use rocksdb::ReadOptions;
+
+use super::cf_registry::TableEntry;
+use super::error::{rocks, rocks_with};
+use super::{Db, Engine, EngineError};
+use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+use crate::protocol::CfRef;
+
+/// Meta CF key prefix of a CF's durable rowid floor (followed by the CF
+/// name; u64 little-endian): no rowid at or above it was ever handed out, so
+/// after a crash allocation resumes there (DESIGN §3: keys are never reused).
+const ROWID_FLOOR_PREFIX: &[u8] = b"rowid_floor.";
+/// The floor is raised ahead of allocation by at least this many rowids (or
+/// an eighth of the rowids used, if more), so raising it, which flushes the
+/// meta CF, is rare.
+const ROWID_FLOOR_STEP: u64 = 1 << 16;
+
+impl Engine {
+    /// Reserves `count` consecutive rowids; returns the first.
+    pub fn alloc_rowids(&self, cf: CfRef, count: u32) -> Result<u64, EngineError> {
+        if count == 0 {
+            return Err(EngineError::BadRequest("alloc_rowids of 0 rowids".into()));
+        }
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let first = entry
+            .next_rowid
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+                next.checked_add(u64::from(count))
+                    .filter(|&end| end <= MAX_ROWID + 1)
+            })
+            .map_err(|_| EngineError::RowidsExhausted(cf))?;
+        self.raise_rowid_floor(&entry, first + u64::from(count))?;
+        Ok(first)
+    }
+
+    /// Makes the durable rowid floor of `entry` at least `end` before any
+    /// rowid below `end` is handed out (a crash must not hand them out again).
+    fn raise_rowid_floor(&self, entry: &TableEntry, end: u64) -> Result<(), EngineError> {
+        if end <= entry.rowid_floor.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _raising = entry.floor_raise.lock().unwrap_or_else(PoisonError::into_inner);
+        if end <= entry.rowid_floor.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let floor = end.saturating_add(ROWID_FLOOR_STEP.max(end / 8)).min(MAX_ROWID + 1);
+        self.persist_rowid_floor(&entry.name, floor)?;
+        entry.rowid_floor.store(floor, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes and flushes the rowid floor of the CF `name` (RocksDB's WAL is
+    /// off: only a flush makes it durable).
+    pub(super) fn persist_rowid_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
+        let meta = self.meta_handle()?;
+        self.db
+            .put_cf_opt(&meta, rowid_floor_key(name), floor.to_le_bytes(), &self.write_options)
+            .map_err(rocks("persist a rowid floor"))?;
+        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
+    }
+}
+
+pub(super) fn rowid_floor_key(cf_name: &str) -> Vec<u8> {
+    [ROWID_FLOOR_PREFIX, cf_name.as_bytes()].concat()
+}
+
+/// 1 + the largest rowid in the CF (keys at or above the reserved 0xFF prefix
+/// are metadata, not rows), or 0 if it has no rows.
+pub(super) fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineError> {
+    let handle = db.cf_handle(name).ok_or_else(|| {
+        EngineError::Corruption(format!("column family {name} vanished during open"))
+    })?;
+    let mut read_options = ReadOptions::default();
+    read_options.set_iterate_upper_bound([RESERVED_KEY_PREFIX]);
+    read_options.fill_cache(false);
+    let mut iter = db.raw_iterator_cf_opt(&handle, read_options);
+    iter.seek_to_last();
+    let last = match iter.key() {
+        Some(key) => match decode_row_key(key) {
+            Some((rowid, _)) if rowid <= MAX_ROWID => Some(rowid),
+            _ => {
+                return Err(EngineError::Corruption(format!(
+                    "last key of {name} ({} bytes) is not a row key",
+                    key.len()
+                )))
+            }
+        },
+        None => None,
+    };
+    iter.status()
+        .map_err(rocks_with(|| format!("find the last row of {name}")))?;
+    Ok(last.map_or(0, |rowid| rowid + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{open, put_rows, TempDir, T};
+    use super::*;
+    use crate::keys::row_key;
+    use crate::protocol::BatchBuilder;
+    #[test]
+    fn alloc_rowids_is_monotonic_and_survives_reopen() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        assert_eq!(engine.alloc_rowids(T, 10).unwrap(), 0);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 10);
+        assert_eq!(engine.alloc_rowids(T, 5).unwrap(), 11);
+        assert!(matches!(
+            engine.alloc_rowids(T, 0),
+            Err(EngineError::BadRequest(_))
+        ));
+        put_rows(&engine, T, [0, 3, 12]);
+        drop(engine); // a crash: rows 13..16 were handed out, never written
+
+        // A rowid handed out is never handed out again (PostgreSQL's btree
+        // may still point at it): allocation resumes at the durable floor.
+        let engine = open(&dir);
+        let next = engine.cf_info(T).unwrap().next_rowid;
+        assert!(next >= 16, "next_rowid {next} reuses handed-out rowids");
+        assert_eq!(engine.alloc_rowids(T, 2).unwrap(), next);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), next + 2);
+        engine.close(true).unwrap();
+        assert!(open(&dir).cf_info(T).unwrap().next_rowid >= next + 3);
+    }
+
+    #[test]
+    fn the_rowid_floor_stays_ahead_of_large_allocations_across_crashes() {
+        let dir = TempDir::new();
+        let mut handed_out = 0;
+        for _ in 0..3 {
+            let engine = open(&dir);
+            if engine.table_cf(T).is_none() {
+                engine.create_cf(T).unwrap();
+            }
+            for _ in 0..40 {
+                let first = engine.alloc_rowids(T, 4096).unwrap();
+                assert!(first >= handed_out, "rowid {first} handed out again (already {handed_out})");
+                handed_out = first + 4096;
+            }
+            drop(engine); // crash, nothing written
+        }
+    }
+
+    #[test]
+    fn concurrent_allocations_never_overlap() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let engine = &engine;
+        let mut firsts: Vec<u64> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        (0..1000)
+                            .map(|_| engine.alloc_rowids(T, 3).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        firsts.sort_unstable();
+        assert_eq!(firsts, (0..4000).map(|i| i * 3).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn rowids_are_bounded_by_max_rowid() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, [MAX_ROWID - 1]);
+        assert_eq!(engine.alloc_rowids(T, 1).unwrap(), MAX_ROWID);
+        assert!(matches!(
+            engine.alloc_rowids(T, 1),
+            Err(EngineError::RowidsExhausted(T))
+        ));
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(MAX_ROWID + 1, 0), b"").unwrap();
+        assert!(matches!(
+            engine.put_batch(T, batch.as_batch()),
+            Err(EngineError::BadRequest(_))
+        ));
+    }
+}

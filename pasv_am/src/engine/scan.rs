@@ -1,0 +1,319 @@
+//! Reading rows: range scans in key order, written straight into the
+//! response buffer.
+//!
+//! Owns `scan` and `scan_rows` and the iterator tuning they rely on. A scan
+//! finds its CF in the registry and holds no engine lock while it iterates.
+//! Calls RocksDB iterators and the protocol's [`ScanWriter`].
+//!
+//! Invariants:
+//! * Entries come in ascending key order, so a row's versions come newest
+//!   first (the key holds the inverted version).
+//! * An answer stops when the buffer or the count limit is reached and says
+//!   `more`; it never steps past its last entry, and the next page starts at
+//!   the successor of the last key returned.
+//! * With a per-row limit, a row's older versions and the delete markers
+//!   behind them are sought past, not walked, once a few steps did not do.
+
+use rocksdb::ReadOptions;
+
+use super::error::rocks_with;
+use super::{Db, Engine, EngineError};
+use crate::keys::{decode_row_key, row_key, MAX_ROWID};
+use crate::protocol::{CfRef, ScanWriter};
+
+/// Deleted keys one iterator step of a per-row scan may skip before the
+/// scan seeks instead (pruning leaves delete markers behind live versions
+/// until compaction; stepping over thousands of them made hot rows slow).
+const MAX_SKIPPED_PER_STEP: u64 = 16;
+/// Older versions a per-row scan steps over before it seeks past the row:
+/// a step costs a key comparison per sorted run, a seek an index search in
+/// each (profiled: seeking after every updated row made scans of tables
+/// whose rows had 2-3 versions several times slower).
+const STEPS_BEFORE_SEEK: u32 = 8;
+
+fn is_incomplete<D: rocksdb::DBAccess>(iter: &rocksdb::DBRawIteratorWithThreadMode<'_, D>) -> bool {
+    matches!(iter.status(), Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete)
+}
+
+impl Engine {
+    /// Appends the entries with keys in `[start, end)` to `out`, ascending,
+    /// until `out` is full or an entry does not fit. Returns whether entries
+    /// remain: the caller resumes from the successor of the last key returned.
+    /// An entry that does not fit into the still empty `out` is an error.
+    pub fn scan(
+        &self,
+        cf: CfRef,
+        start: &[u8],
+        end: &[u8],
+        out: &mut ScanWriter<'_>,
+    ) -> Result<bool, EngineError> {
+        self.scan_rows(cf, start, end, 0, out)
+    }
+
+    /// As [`Engine::scan`], returning at most `per_row` entries of each rowid
+    /// (0: all): after them the iterator *seeks* to the next rowid, so a
+    /// row's older versions, and the delete markers that pruning leaves
+    /// behind them until compaction, are never stepped over one by one.
+    /// The answer never steps past its last entry either (`more` may then
+    /// be true with nothing left).
+    #[allow(clippy::too_many_lines)]
+    pub fn scan_rows(
+        &self,
+        cf: CfRef,
+        start: &[u8],
+        end: &[u8],
+        per_row: u32,
+        out: &mut ScanWriter<'_>,
+    ) -> Result<bool, EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let handle = self.handle(cf, &entry)?;
+        if start >= end {
+            return Ok(false);
+        }
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        if per_row > 0 {
+            // A step that would skip more deleted keys than this stops with
+            // an Incomplete status; the scan then seeks instead (below).
+            read_options.set_max_skippable_internal_keys(MAX_SKIPPED_PER_STEP);
+        }
+        let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
+        // Positions `iter` at the first entry >= target. A capped iterator
+        // that gives up is repositioned through an uncapped one (a seek jumps
+        // over deleted keys; only stepping walks them).
+        let reposition = |iter: &mut rocksdb::DBRawIteratorWithThreadMode<'_, Db>, target: &[u8]| {
+            iter.seek(target);
+            if per_row > 0 && is_incomplete(iter) {
+                let mut options = ReadOptions::default();
+                options.set_iterate_upper_bound(end);
+                let mut uncapped = self.db.raw_iterator_cf_opt(&handle, options);
+                uncapped.seek(target);
+                match uncapped.key() {
+                    Some(key) => iter.seek(key),
+                    None => iter.seek(end),
+                }
+            }
+        };
+        reposition(&mut iter, start);
+        let mut row: Option<u64> = None;
+        let mut in_row = 0u32;
+        loop {
+            let Some((key, value)) = iter.item() else {
+                if per_row > 0 && is_incomplete(&iter) {
+                    // Stepping hit a run of deleted keys: seek past the row.
+                    let target = match row {
+                        Some(r) if r < MAX_ROWID => row_key(r + 1, u32::MAX),
+                        Some(_) => break,
+                        None => start.try_into().unwrap_or(row_key(0, u32::MAX)),
+                    };
+                    reposition(&mut iter, &target);
+                    in_row = 0;
+                    row = None;
+                    continue;
+                }
+                break;
+            };
+            if !out.try_push(key, value) {
+                if out.is_empty() {
+                    return Err(EngineError::EntryTooLarge {
+                        key_len: key.len(),
+                        value_len: value.len(),
+                    });
+                }
+                return Ok(true);
+            }
+            if out.is_full() {
+                return Ok(true);
+            }
+            let rowid = decode_row_key(key).map(|(r, _)| r);
+            if per_row > 0 && rowid.is_some() {
+                if rowid != row {
+                    row = rowid;
+                    in_row = 0;
+                }
+                in_row += 1;
+                if in_row >= per_row {
+                    // A range that ends with this row (a point lookup) is
+                    // done: do not step into its older versions.
+                    if let Some(r) = rowid {
+                        if r >= MAX_ROWID || row_key(r + 1, u32::MAX).as_slice() >= end {
+                            return Ok(true);
+                        }
+                    }
+                    // Step over the row's older versions: a few steps
+                    // are far cheaper than a seek (which searches every
+                    // level's index); a long chain is sought past.
+                    let mut steps = 0;
+                    loop {
+                        iter.next();
+                        steps += 1;
+                        let same_row = iter.key().and_then(decode_row_key).map(|(r, _)| r) == rowid;
+                        if !same_row {
+                            break;
+                        }
+                        if steps >= STEPS_BEFORE_SEEK {
+                            match rowid {
+                                Some(r) if r < MAX_ROWID => reposition(&mut iter, &row_key(r + 1, u32::MAX)),
+                                _ => iter.seek(end),
+                            }
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            }
+            iter.next();
+        }
+        iter.status()
+            .map_err(rocks_with(|| format!("scan {}", entry.name)))?;
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{open, put_rows, rowids_of, scan_all, value, TempDir, T};
+    use super::*;
+    use crate::keys::row_range;
+    use crate::protocol::{decode_response, BatchBuilder, ErrorCode, Response};
+    #[test]
+    fn create_put_scan_resumes_across_more() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..500);
+        put_rows(&engine, T, 500..1000);
+
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let (rows, rounds) = scan_all(&engine, T, &start, &end, 1024, 0);
+        assert_eq!(rowids_of(&rows), (0..1000).collect::<Vec<_>>());
+        assert!(
+            rounds > 10,
+            "a 1 kB buffer must need many rounds, got {rounds}"
+        );
+        for (k, v) in &rows {
+            let rowid = decode_row_key(k).unwrap().0;
+            assert_eq!(v, &value(rowid, (rowid % 50) as usize));
+        }
+
+        // The count limit alone, and a sub-range.
+        let (rows, rounds) = scan_all(&engine, T, &start, &end, 1 << 20, 100);
+        assert_eq!(rows.len(), 1000);
+        // A full batch does not step past its last entry: one more round
+        // learns that nothing follows.
+        assert_eq!(rounds, 11);
+        let (lo, hi) = row_range(10, 20);
+        let (rows, _) = scan_all(&engine, T, &lo, &hi, 1 << 20, 0);
+        assert_eq!(rowids_of(&rows), (10..20).collect::<Vec<_>>());
+        let (rows, _) = scan_all(&engine, T, &hi, &lo, 1 << 20, 0);
+        assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn per_row_limit_returns_the_newest_versions_of_each_row() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        // Rows 0..5 with versions 0..=3; row 2's older versions deleted.
+        let mut batch = BatchBuilder::new();
+        for rowid in 0..5u64 {
+            for version in 0..4u32 {
+                batch.push(&row_key(rowid, version), &value(rowid, 8)).unwrap();
+            }
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 0..3u32 {
+            batch.push(&row_key(2, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let mut out = vec![0u8; 1 << 16];
+        for (per_row, expect) in [(1u32, vec![(0, 3), (1, 3), (2, 3), (3, 3), (4, 3)]),
+                                  (2, vec![(0, 3), (0, 2), (1, 3), (1, 2), (2, 3), (3, 3), (3, 2), (4, 3), (4, 2)])] {
+            let mut writer = ScanWriter::new(&mut out, 0);
+            let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
+            let len = writer.finish(more);
+            let Response::Entries { more, batch } = decode_response(&out[..len]).unwrap() else {
+                panic!("not Entries")
+            };
+            assert!(!more);
+            let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+            assert_eq!(keys, expect, "per_row {per_row}");
+        }
+    }
+
+    #[test]
+    fn per_row_scan_seeks_past_runs_of_deleted_versions() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        // Row 1 has one live version (500) above 200 deleted ones: far more
+        // than one iterator step may skip.
+        let mut batch = BatchBuilder::new();
+        for version in 300..=500u32 {
+            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
+        }
+        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
+        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 300..500u32 {
+            batch.push(&row_key(1, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (start, end) = row_range(0, MAX_ROWID + 1);
+        let mut out = vec![0u8; 1 << 16];
+        for per_row in [1u32, 2, 0] {
+            let mut writer = ScanWriter::new(&mut out, 0);
+            let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
+            let len = writer.finish(more);
+            let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
+                panic!("not Entries")
+            };
+            let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+            assert_eq!(keys, vec![(0, 0), (1, 500), (2, 0)], "per_row {per_row}");
+        }
+    }
+
+    #[test]
+    fn versions_scan_newest_first() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in [0, 2, 1] {
+            batch.push(&row_key(7, version), &[version as u8]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let (lo, hi) = row_range(7, 8);
+        let (rows, _) = scan_all(&engine, T, &lo, &hi, 4096, 0);
+        let versions: Vec<u32> = rows
+            .iter()
+            .map(|(k, _)| decode_row_key(k).unwrap().1)
+            .collect();
+        assert_eq!(versions, [2, 1, 0]);
+    }
+
+    #[test]
+    fn first_entry_too_large_is_an_error() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(0, 0), &[1; 2000]).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut out = vec![0u8; 1024];
+        let mut writer = ScanWriter::new(&mut out, 0);
+        let (lo, hi) = row_range(0, 1);
+        let err = engine.scan(T, &lo, &hi, &mut writer).unwrap_err();
+        assert!(matches!(
+            err,
+            EngineError::EntryTooLarge {
+                key_len: 12,
+                value_len: 2000
+            }
+        ));
+        assert_eq!(err.code(), ErrorCode::TooLarge);
+    }
+}
