@@ -23,6 +23,29 @@ pub const ROW_KEY_LEN: usize = 12;
 /// Largest rowid: its block is `0xFFFFFFFE`, the last valid `BlockNumber`.
 pub const MAX_ROWID: u64 = (u32::MAX as u64) * ROWS_PER_BLOCK - 1;
 
+/// Length of the rowid that begins every row key: RocksDB's prefix for its
+/// bloom filters (a key shorter than this, like a flush flag's, is outside
+/// every prefix and never filtered).
+pub const ROWID_PREFIX_LEN: usize = 8;
+
+/// Whether every key in `[start, end)` of at least [`ROWID_PREFIX_LEN`]
+/// bytes begins with `start`'s first [`ROWID_PREFIX_LEN`] bytes: `end` has
+/// the same prefix, or is the smallest key of the next prefix (as
+/// [`row_range`] of a single row gives). Such a range may be read in
+/// RocksDB's prefix mode, which consults the bloom filters.
+pub fn within_one_prefix(start: &[u8], end: &[u8]) -> bool {
+    const N: usize = ROWID_PREFIX_LEN;
+    if start.len() < N || end.len() < N || end <= start {
+        return false;
+    }
+    if start[..N] == end[..N] {
+        return true;
+    }
+    let prefix = u64::from_be_bytes(start[..N].try_into().unwrap_or_default());
+    let next = prefix.checked_add(1).map(u64::to_be_bytes);
+    next.is_some_and(|next| end[..N] == next) && end[N..].iter().all(|&b| b == 0)
+}
+
 /// First byte of keys reserved for metadata; row keys sort below it.
 pub const RESERVED_KEY_PREFIX: u8 = 0xFF;
 
@@ -79,6 +102,18 @@ pub fn tid_to_rowid(block: u32, offset: u16) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn one_row_ranges_lie_within_one_prefix() {
+        let (start, end) = row_range(41, 42);
+        assert!(within_one_prefix(&start, &end));
+        assert!(within_one_prefix(&row_key(41, 7), &row_key(41, 3)));
+        assert!(within_one_prefix(&row_key(0xFF, u32::MAX), &row_range(0x100, 0x100).0));
+        let (start, end) = row_range(41, 43);
+        assert!(!within_one_prefix(&start, &end), "two rows");
+        assert!(!within_one_prefix(&start, &row_key(42, 5)), "into the next row");
+        assert!(!within_one_prefix(&start, &start), "empty");
+        assert!(!within_one_prefix(&start, &[0xFF]), "end shorter than a prefix");
+    }
 
     #[test]
     fn row_key_round_trips() {

@@ -50,11 +50,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rocksdb::{
     BlockBasedOptions, BoundColumnFamily, Cache, ColumnFamilyDescriptor, DBCompressionType,
-    DBWithThreadMode, MultiThreaded, Options, WriteBufferManager, WriteOptions,
+    DBWithThreadMode, MultiThreaded, Options, SliceTransform, WriteBufferManager, WriteOptions,
     DEFAULT_COLUMN_FAMILY_NAME,
 };
 
 use crate::cf_name::{TableCf, META_CF};
+use crate::keys::ROWID_PREFIX_LEN;
 use crate::protocol::CfRef;
 use crate::row_locks::RowLockTable;
 use crate::wal_order::{self, LsnBook, NoWal, WalDurability};
@@ -118,6 +119,12 @@ impl Engine {
         table_options.set_block_cache(&block_cache);
         table_options.set_cache_index_and_filter_blocks(true);
         table_options.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        // A bloom filter over each key's rowid (the prefix below), so that a
+        // read of one row skips every SST file and memtable that has no
+        // version of it instead of searching each one's index. No row is
+        // ever read by its whole key, so whole keys are not filtered.
+        table_options.set_bloom_filter(10.0, false);
+        table_options.set_whole_key_filtering(false);
 
         let mut options = Options::default();
         options.create_if_missing(true);
@@ -126,6 +133,10 @@ impl Engine {
         options.set_block_based_table_factory(&table_options);
         options.set_compression_type(DBCompressionType::Lz4);
         options.set_bottommost_compression_type(DBCompressionType::Zstd);
+        // Every iterator is total-order (scan::range_read_options) unless its
+        // range lies within one rowid; only then do the filters apply.
+        options.set_prefix_extractor(SliceTransform::create_fixed_prefix(ROWID_PREFIX_LEN));
+        options.set_memtable_prefix_bloom_ratio(0.05);
         if cfg.background_jobs > 0 {
             options.set_max_background_jobs(cfg.background_jobs);
         }

@@ -94,6 +94,7 @@ pub(super) fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineErr
     })?;
     let mut read_options = ReadOptions::default();
     read_options.set_iterate_upper_bound([RESERVED_KEY_PREFIX]);
+    read_options.set_total_order_seek(true); // across rows: no prefix filter
     read_options.fill_cache(false);
     let mut iter = db.raw_iterator_cf_opt(&handle, read_options);
     iter.seek_to_last();
