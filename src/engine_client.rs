@@ -180,11 +180,23 @@ pub struct CfInfo {
     pub next_rowid: u64,
     pub approx_keys: u64,
     pub approx_bytes: u64,
+    /// Entries a full scan steps over (versions and delete markers).
+    pub entries: u64,
+}
+
+/// A table's size as the planner sees it.
+#[derive(Clone, Copy)]
+pub struct SizeEstimate {
+    /// Rows: the next rowid (an upper bound; reserved rowids leave gaps).
+    pub rows: u64,
+    /// Entries a full scan steps over: at least `rows`, and far more for a
+    /// table whose hot rows piled up versions and delete markers.
+    pub entries: u64,
 }
 
 thread_local! {
-    /// The planner's table sizes: (when read, next rowid), per table.
-    static ESTIMATES: RefCell<HashMap<(u32, u32), (std::time::Instant, u64)>> = RefCell::new(HashMap::new());
+    /// The planner's table sizes, with when they were read, per table.
+    static ESTIMATES: RefCell<HashMap<(u32, u32), (std::time::Instant, SizeEstimate)>> = RefCell::new(HashMap::new());
 }
 
 /// How long a backend plans with a table size it read from the engine: the
@@ -194,9 +206,9 @@ thread_local! {
 /// count; this backend's own inserts invalidate it at once.
 const ESTIMATE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The table's next rowid as the planner sees it: from the engine, reused
-/// for [`ESTIMATE_TTL`] unless this backend reserved rowids meanwhile.
-pub fn estimated_next_rowid(cf: CfRef) -> Result<u64, CallError> {
+/// The table's size as the planner sees it: from the engine, reused for
+/// [`ESTIMATE_TTL`] unless this backend reserved rowids meanwhile.
+pub fn estimated_size(cf: CfRef) -> Result<SizeEstimate, CallError> {
     let now = std::time::Instant::now();
     let cached = ESTIMATES.with(|e| {
         e.borrow().get(&key(cf)).filter(|(at, _)| now.duration_since(*at) < ESTIMATE_TTL).map(|&(_, n)| n)
@@ -204,7 +216,8 @@ pub fn estimated_next_rowid(cf: CfRef) -> Result<u64, CallError> {
     if let Some(n) = cached {
         return Ok(n);
     }
-    let n = cf_info(cf)?.next_rowid;
+    let info = cf_info(cf)?;
+    let n = SizeEstimate { rows: info.next_rowid, entries: info.entries.max(info.next_rowid) };
     ESTIMATES.with(|e| {
         let mut e = e.borrow_mut();
         if e.len() > 10_000 {
@@ -221,8 +234,8 @@ fn forget_estimate(cf: CfRef) {
 
 pub fn cf_info(cf: CfRef) -> Result<CfInfo, CallError> {
     call(&Request::CfInfo(cf), |r| match r {
-        Response::CfInfo { next_rowid, approx_keys, approx_bytes } => {
-            Ok(CfInfo { next_rowid, approx_keys, approx_bytes })
+        Response::CfInfo { next_rowid, approx_keys, approx_bytes, entries } => {
+            Ok(CfInfo { next_rowid, approx_keys, approx_bytes, entries })
         }
         _ => Err(CallError::Unexpected("CfInfo")),
     })

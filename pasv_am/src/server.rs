@@ -145,6 +145,7 @@ fn execute(
                 next_rowid: info.next_rowid,
                 approx_keys: info.approx_keys,
                 approx_bytes: info.approx_bytes,
+                entries: info.entries,
             }
         }
         Request::FlushAll => {

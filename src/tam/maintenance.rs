@@ -264,13 +264,11 @@ pub unsafe extern "C-unwind" fn relation_fetch_toast_slice(
     );
 }
 
-/// Pages and rows from the rowids allocated so far (an upper bound on rows:
-/// unused rowids of a backend's reserved range leave gaps).
-/// Blocks and rows for the planner, read from the engine at most once a
-/// second per table ([`engine_client::estimated_next_rowid`]).
-unsafe fn estimated_blocks(rel: pg_sys::Relation) -> (u64, u64) {
-    match engine_client::estimated_next_rowid(cf_of(rel)) {
-        Ok(rows) => (rows.div_ceil(ROWS_PER_BLOCK), rows),
+/// The table's size for the planner, read from the engine at most once a
+/// second per table ([`engine_client::estimated_size`]).
+unsafe fn estimated_size(rel: pg_sys::Relation) -> engine_client::SizeEstimate {
+    match engine_client::estimated_size(cf_of(rel)) {
+        Ok(size) => size,
         Err(e) => e.raise(&format!("reading the size of {}", rel_name(rel))),
     }
 }
@@ -283,9 +281,14 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
     tuples: *mut f64,
     allvisfrac: *mut f64,
 ) {
-    let (blocks, rows) = estimated_blocks(rel);
-    super::forklen::cover_blocks(rel, blocks);
-    *pages = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
-    *tuples = rows as f64;
+    let size = estimated_size(rel);
+    // Blocks that rowids span: TIDs up to there must look valid.
+    super::forklen::cover_blocks(rel, size.rows.div_ceil(ROWS_PER_BLOCK));
+    // Pages as a sequential scan pays for them: a row's versions and the
+    // delete markers pruning left (until a flush) are stepped over like a
+    // heap page's dead tuples, so a table of a few hot rows costs what its
+    // entries cost and the planner reaches those rows by index instead.
+    *pages = size.entries.div_ceil(ROWS_PER_BLOCK).min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
+    *tuples = size.rows as f64;
     *allvisfrac = 0.0;
 }

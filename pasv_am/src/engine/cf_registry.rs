@@ -48,6 +48,10 @@ pub struct CfInfo {
     pub approx_keys: u64,
     /// Estimated live data in SST files plus the memtables' size.
     pub approx_bytes: u64,
+    /// Entries a full scan walks: every version and delete marker in the
+    /// memtables plus RocksDB's estimate of the SST files' keys. Hot rows
+    /// pile versions and pruning's delete markers up here until a flush.
+    pub entries: u64,
 }
 
 /// The current incarnation of one table.
@@ -201,11 +205,19 @@ impl Engine {
                 .map(Option::unwrap_or_default)
                 .map_err(rocks_with(|| format!("read properties of {}", entry.name)))
         };
+        let approx_keys = property(properties::ESTIMATE_NUM_KEYS)?;
+        let memtable_entries = property(properties::NUM_ENTRIES_ACTIVE_MEM_TABLE)?
+            .saturating_add(property(properties::NUM_ENTRIES_IMM_MEM_TABLES)?);
+        let memtable_deletes = property(properties::NUM_DELETES_ACTIVE_MEM_TABLE)?
+            .saturating_add(property(properties::NUM_DELETES_IMM_MEM_TABLES)?);
         Ok(CfInfo {
             next_rowid: entry.next_rowid.load(Ordering::Relaxed),
-            approx_keys: property(properties::ESTIMATE_NUM_KEYS)?,
+            approx_keys,
             approx_bytes: property(properties::ESTIMATE_LIVE_DATA_SIZE)?
                 .saturating_add(property(properties::CUR_SIZE_ALL_MEM_TABLES)?),
+            // RocksDB's key estimate subtracts each memtable delete twice
+            // (it and the put it hides); a scan steps over both.
+            entries: approx_keys.saturating_add(memtable_deletes.saturating_mul(2)).max(memtable_entries),
         })
     }
 

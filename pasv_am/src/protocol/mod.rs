@@ -300,6 +300,7 @@ pub enum Response<'a> {
         next_rowid: u64,
         approx_keys: u64,
         approx_bytes: u64,
+        entries: u64,
     },
     Error {
         code: ErrorCode,
@@ -447,7 +448,7 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             Response::Ok => 0,
             Response::Rowids { .. } => 8,
             Response::Entries { batch, .. } => batch.encoded_len(),
-            Response::CfInfo { .. } => 24,
+            Response::CfInfo { .. } => 32,
             Response::Error { message, .. } => message.len(),
             Response::Lock { versions, .. } => versions.encoded_len(),
         };
@@ -473,10 +474,12 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             next_rowid,
             approx_keys,
             approx_bytes,
+            entries,
         } => {
             body[0..8].copy_from_slice(&next_rowid.to_le_bytes());
             body[8..16].copy_from_slice(&approx_keys.to_le_bytes());
             body[16..24].copy_from_slice(&approx_bytes.to_le_bytes());
+            body[24..32].copy_from_slice(&entries.to_le_bytes());
             out[0] = tag::CF_INFO;
         }
         Response::Error { code, message } => {
@@ -550,6 +553,7 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
             next_rowid: read_u64(body, 0, base)?,
             approx_keys: read_u64(body, 8, base)?,
             approx_bytes: read_u64(body, 16, base)?,
+            entries: read_u64(body, 24, base)?,
         },
         tag::ENTRIES => {
             let more = match buf[1] {
@@ -779,6 +783,7 @@ mod tests {
                 next_rowid: 1,
                 approx_keys: 2,
                 approx_bytes: 3,
+                entries: 4,
             },
             Response::Error {
                 code: ErrorCode::DiskFull,
