@@ -273,24 +273,15 @@ pub fn sync_wal() -> Result<(), CallError> {
     call(&Request::SyncWal, expect_ok("SyncWal"))
 }
 
-/// Tell the engine that transaction `xid` committed (commit record ending at
-/// `commit_lsn`) after writing `rels` of database `db`: it writes their flags
-/// (and releases the row locks of `xid` if `release_locks`). Not waited
-/// for: a late flag only makes a persistence point lag.
-#[allow(clippy::too_many_arguments)]
-pub fn committed(
-    db: u32,
-    xid: u32,
-    commit_lsn: u64,
-    first_lsn: u64,
-    last_lsn: u64,
-    rels: &[u32],
-    release_locks: bool,
-) -> Result<(), CallError> {
+/// Tell the engine that a transaction committed after writing the tables
+/// of `notice`: it writes their flags (and releases the transaction's row
+/// locks if asked). Not waited for: a late flag only makes a persistence
+/// point lag.
+pub fn committed(notice: &protocol::CommitNotice<'_>) -> Result<(), CallError> {
     Ok(client::post(|out| {
         let available = out.len();
-        protocol::encode_committed(db, xid, commit_lsn, first_lsn, last_lsn, rels, release_locks, out)
-            .map_err(|_| ChannelError::RequestTooLarge { needed: 64 + rels.len() * 4, available })
+        protocol::encode_committed(notice, out)
+            .map_err(|_| ChannelError::RequestTooLarge { needed: 64 + notice.rels.len() * 4, available })
     })?)
 }
 

@@ -22,7 +22,7 @@
 use crate::error::CallError;
 use crate::guc::{self, DurabilityMode};
 use crate::{engine_client, ipc, written_tables};
-use pasv_am::protocol::CfRef;
+use pasv_am::protocol::{CfRef, CommitNotice};
 use pgrx::pg_sys;
 use std::sync::atomic::Ordering;
 
@@ -63,7 +63,16 @@ pub fn after_commit(locks_xid: u32) -> bool {
     let (commit_lsn, xid) = unsafe { (pg_sys::XactLastCommitEnd, u32::from(pg_sys::GetTopTransactionIdIfAny())) };
     let release = locks_xid != 0 && locks_xid == xid;
     crate::crash_point::reach(crate::crash_point::Point::AfterCommitBeforeFlag);
-    match engine_client::committed(touched.db, xid, commit_lsn, touched.first_lsn, touched.last_lsn, &touched.rels, release) {
+    let notice = CommitNotice {
+        db: touched.db,
+        xid,
+        commit_lsn,
+        first_lsn: touched.first_lsn,
+        last_lsn: touched.last_lsn,
+        rels: &touched.rels,
+        release_locks: release,
+    };
+    match engine_client::committed(&notice) {
         Ok(()) => release,
         Err(e) => {
             // Only cost: these tables' persistence points lag until their next commit.

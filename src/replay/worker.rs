@@ -26,7 +26,7 @@ use crate::ipc::{
     SLOT_NOT_NEEDED, SLOT_READY,
 };
 use crate::{engine_client, fmt_lsn};
-use pasv_am::protocol::{CfRef, PersistenceRow};
+use pasv_am::protocol::{CfRef, CommitNotice, PersistenceRow};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -369,7 +369,16 @@ impl Worker<'_> {
         // and make it durable, so the next recovery starts from here.
         let rels: Vec<u32> = rows.iter().map(|r| r.rel).collect();
         if run.last_commit != 0 && mode == DurabilityMode::Pasv {
-            engine_client::committed(self.db, 0, run.last_commit, 0, 0, &rels, false).map_err(|e| e.to_string())?;
+            let notice = CommitNotice {
+                db: self.db,
+                xid: 0,
+                commit_lsn: run.last_commit,
+                first_lsn: 0,
+                last_lsn: 0,
+                rels: &rels,
+                release_locks: false,
+            };
+            engine_client::committed(&notice).map_err(|e| e.to_string())?;
         }
         self.sweep_orphans(&rows)?;
         self.flush_all_cfs()?;

@@ -84,7 +84,7 @@ pub use entries::{entry_encoded_len, max_entry_payload, EntryBatch, EntryIter, E
 pub use error::{ErrorCode, ProtocolError};
 pub use locks::{entries_into_granted_lock, LockMode};
 pub use persistence::{
-    decode_persistence, encode_committed, encode_persistence, PersistenceRow, RelList, PERSISTENCE_LEN,
+    decode_persistence, encode_committed, CommitNotice, encode_persistence, PersistenceRow, RelList, PERSISTENCE_LEN,
 };
 pub use put_batch::{encode_put_batch, BatchBuilder, PUT_BATCH_LSN_AT};
 pub use scan::ScanWriter;

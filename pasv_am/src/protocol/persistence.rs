@@ -40,18 +40,27 @@ impl<'a> RelList<'a> {
     }
 }
 
-/// Encodes a [`Request::Committed`] for `rels` into `out`; returns its length.
-#[allow(clippy::too_many_arguments)]
-pub fn encode_committed(
-    db: u32,
-    xid: u32,
-    commit_lsn: u64,
-    first_lsn: u64,
-    last_lsn: u64,
-    rels: &[u32],
-    release_locks: bool,
-    out: &mut [u8],
-) -> Result<usize, ProtocolError> {
+/// What a [`Request::Committed`] says, with its tables as a slice (the
+/// sender's form; the wire form is a [`RelList`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CommitNotice<'a> {
+    pub db: u32,
+    /// Top-level transaction (0: none, e.g. a replay run).
+    pub xid: u32,
+    /// End of the commit record.
+    pub commit_lsn: u64,
+    /// Range of the transaction's pasv messages.
+    pub first_lsn: u64,
+    pub last_lsn: u64,
+    /// Tables the transaction wrote: each gets a flush flag.
+    pub rels: &'a [u32],
+    /// Also release the row locks of `xid`.
+    pub release_locks: bool,
+}
+
+/// Encodes `notice` as a [`Request::Committed`] into `out`; returns its length.
+pub fn encode_committed(notice: &CommitNotice<'_>, out: &mut [u8]) -> Result<usize, ProtocolError> {
+    let CommitNotice { db, xid, commit_lsn, first_lsn, last_lsn, rels, release_locks } = *notice;
     let bytes: Vec<u8> = rels.iter().flat_map(|r| r.to_le_bytes()).collect();
     encode_request(
         &Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels: RelList { bytes: &bytes }, release_locks },
