@@ -263,6 +263,14 @@ run_posted_writes() {
     "$PASV_HOME/venv/bin/python" "$PASV_ROOT/tests/posted_writes.py" --host "$PASV_RUN" --port "$port"
 }
 
+# tests/open_files.sh: 300 SST files in 100 tables, the server restarted under
+# a soft limit of 256 open files.
+run_open_files() {
+  local port=$1
+  run_on_fresh_cluster "many tables under a low open-file limit" "$TEST_DIR/files" "$port" "" \
+    "$PASV_ROOT/tests/open_files.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/files" "$TEST_DIR/files.log"
+}
+
 # tests/base_backup.sh: a pg_basebackup copy refuses to serve pasv tables.
 run_base_backup() {
   local port=$1
@@ -311,6 +319,7 @@ else
     run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
     run_posted_writes "$((PASV_TEST_PORT + 10))"
+    run_open_files "$((PASV_TEST_PORT + 11))"
     run_base_backup "$((PASV_TEST_PORT + 7))"
     run_disk_full "$((PASV_TEST_PORT + 9))"
     run_crash_ledger "$((PASV_TEST_PORT + 5))"

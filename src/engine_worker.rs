@@ -105,6 +105,63 @@ fn databases_with_a_pasv_slot() -> std::collections::HashSet<u32> {
         .collect()
 }
 
+/// How many SST files RocksDB may keep open in this process, after raising
+/// the soft limit on open files to the hard one: the limit less what RocksDB
+/// needs besides (a directory handle per column family, its MANIFEST, log,
+/// OPTIONS and the files a flush or compaction writes) and PostgreSQL's own
+/// files; -1 (all) when the limit is unlimited or unknown. Before, every
+/// table's files stayed open under the usual soft limit of 1 024, and a
+/// cluster with a hundred tables failed with "Too many open files".
+fn table_file_budget() -> i32 {
+    match raise_open_files_limit() {
+        Some(limit) => {
+            let reserve = (limit / 4).max(64);
+            i32::try_from(limit.saturating_sub(reserve).max(20)).unwrap_or(i32::MAX)
+        }
+        None => -1,
+    }
+}
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit (only the
+/// engine process: the postmaster and backends keep theirs) and returns the
+/// soft limit now in force (`None`: unlimited or unknown).
+#[cfg(target_os = "linux")]
+fn raise_open_files_limit() -> Option<u64> {
+    // Neither std nor pgrx exposes getrlimit/setrlimit; the declarations are
+    // glibc's on 64-bit Linux (rlim_t is an unsigned long, RLIMIT_NOFILE 7).
+    #[repr(C)]
+    struct RLimit {
+        cur: u64,
+        max: u64,
+    }
+    const RLIMIT_NOFILE: std::ffi::c_int = 7;
+    const RLIM_INFINITY: u64 = u64::MAX;
+    extern "C" {
+        fn getrlimit(resource: std::ffi::c_int, rlim: *mut RLimit) -> std::ffi::c_int;
+        fn setrlimit(resource: std::ffi::c_int, rlim: *const RLimit) -> std::ffi::c_int;
+    }
+    let mut limit = RLimit { cur: 0, max: 0 };
+    // SAFETY: `limit` is a valid, writable struct of the layout getrlimit
+    // fills; the call has no other effect.
+    if unsafe { getrlimit(RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.cur < limit.max {
+        let raised = RLimit { cur: limit.max, max: limit.max };
+        // SAFETY: as above; raising the soft limit up to the hard one needs
+        // no privilege, and a refusal leaves the old limit in force.
+        if unsafe { setrlimit(RLIMIT_NOFILE, &raised) } == 0 {
+            limit.cur = limit.max;
+        }
+    }
+    (limit.cur != RLIM_INFINITY).then_some(limit.cur)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn raise_open_files_limit() -> Option<u64> {
+    None
+}
+
 fn data_dir() -> PathBuf {
     // SAFETY: DataDir is set before any background worker starts.
     let dir = unsafe { CStr::from_ptr(pg_sys::DataDir) };
@@ -127,6 +184,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         block_cache_bytes: crate::guc::BLOCK_CACHE_MB.get() as usize * 1024 * 1024,
         background_jobs: 2,
         durability: crate::guc::durability().engine(),
+        max_open_files: table_file_budget(),
     };
     if let Err(e) = check_not_a_restored_copy() {
         header.engine_state.store(ENGINE_FAILED, Ordering::Release);

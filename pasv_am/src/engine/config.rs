@@ -50,4 +50,8 @@ pub struct EngineConfig {
     pub background_jobs: i32,
     /// `pasv.durability`.
     pub durability: Durability,
+    /// SST files RocksDB keeps open at once (-1: all of them). Every table
+    /// has its own files, so a cluster with many tables exceeds a default
+    /// file-descriptor limit of 1 024 unless this bounds it.
+    pub max_open_files: i32,
 }

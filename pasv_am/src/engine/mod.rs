@@ -139,6 +139,7 @@ impl Engine {
         // range lies within one rowid; only then do the filters apply.
         options.set_prefix_extractor(SliceTransform::create_fixed_prefix(ROWID_PREFIX_LEN));
         options.set_memtable_prefix_bloom_ratio(0.05);
+        options.set_max_open_files(cfg.max_open_files);
         if cfg.background_jobs > 0 {
             options.set_max_background_jobs(cfg.background_jobs);
         }

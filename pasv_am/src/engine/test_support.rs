@@ -48,6 +48,7 @@ pub fn config(dir: &TempDir) -> EngineConfig {
         block_cache_bytes: 8 << 20,
         background_jobs: 2,
         durability: Durability::Pasv,
+        max_open_files: -1,
     }
 }
 
