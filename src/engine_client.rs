@@ -37,6 +37,8 @@ use std::collections::HashMap;
 /// Rows of one transaction id for one CF, not yet sent.
 struct Pending {
     target: Option<(CfRef, u32)>,
+    /// The target table's changes are logged (not unlogged or temporary).
+    logged: bool,
     /// Transaction nest level of the rows' creator (see "Owed logs").
     level: i32,
     batch: BatchBuilder,
@@ -68,7 +70,7 @@ thread_local! {
     // found out). Cleared at top-level abort.
     static POISON: RefCell<Option<(protocol::ErrorCode, String)>> = const { RefCell::new(None) };
     // Backends are single-threaded: thread-local is process-local here.
-    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, level: 0, batch: BatchBuilder::new() });
+    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, logged: true, level: 0, batch: BatchBuilder::new() });
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
     static ROWIDS: RefCell<HashMap<(u32, u32), RowidRange>> = RefCell::new(HashMap::new());
 }
@@ -147,10 +149,13 @@ pub fn ping() -> Result<(), CallError> {
     raw_call(&Request::Ping, expect_ok("Ping"))
 }
 
-pub fn create_cf(cf: CfRef) -> Result<(), CallError> {
+/// Create the CF of a new table (or of a rewrite's new relfilenumber);
+/// `logged` is false for an unlogged or temporary table, whose changes are
+/// never logged and which needs no creation point.
+pub fn create_cf(cf: CfRef, logged: bool) -> Result<(), CallError> {
     forget_rowids(cf);
-    let created_lsn = crate::wal::creation_point();
-    call(&Request::CreateCf { cf, created_lsn }, expect_ok("CreateCf"))?;
+    let created_lsn = if logged { crate::wal::creation_point() } else { 0 };
+    call(&Request::CreateCf { cf, created_lsn, logged }, expect_ok("CreateCf"))?;
     crate::crash_point::reach(crate::crash_point::Point::CreateTable);
     crate::replay::database_uses_pasv(cf.db);
     Ok(())
@@ -167,10 +172,12 @@ pub fn drop_database(db: u32) -> Result<(), CallError> {
     call(&Request::DropDatabase { db }, expect_ok("DropDatabase"))
 }
 
-pub fn truncate_cf(cf: CfRef) -> Result<(), CallError> {
+/// Empty a table in place (its new incarnation keeps the kind); `logged`
+/// as for [`create_cf`].
+pub fn truncate_cf(cf: CfRef, logged: bool) -> Result<(), CallError> {
     discard_pending_for(cf);
     forget_rowids(cf);
-    let created_lsn = crate::wal::creation_point();
+    let created_lsn = if logged { crate::wal::creation_point() } else { 0 };
     call(&Request::TruncateCf { cf, created_lsn }, expect_ok("TruncateCf"))?;
     crate::crash_point::reach(crate::crash_point::Point::Truncate);
     Ok(())
@@ -398,7 +405,10 @@ fn log_message(cf: CfRef, message: &[u8]) -> u64 {
 /// answer. Other backends that look for the rows through a non-MVCC
 /// snapshot before the engine applied them fence first
 /// ([`client::fence_others`]).
-fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
+///
+/// An unlogged or temporary table's batch (`logged` false) is neither
+/// logged nor recorded for flush flags: nothing replays it.
+fn put_batch_raw(cf: CfRef, logged: bool, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
     check_posted()?;
     client::post_checked(
@@ -409,7 +419,9 @@ fn put_batch_raw(cf: CfRef, batch: &BatchBuilder, owner: i32) -> Result<(), Call
             // WAL first (DESIGN §4): the exact request, logged with LSN 0,
             // before the engine sees it; then the real LSN goes in, so the
             // engine keeps the memtable from disk until that WAL is.
-            if crate::guc::durability().logs_messages() {
+            if !logged {
+                // Not logged, not flagged: nothing to record.
+            } else if crate::guc::durability().logs_messages() {
                 let logged_at = nest_level();
                 if owner < logged_at {
                     let message = out[..len].to_vec();
@@ -509,9 +521,9 @@ pub fn discard_pending() {
 
 /// Write one batch of the current (sub)transaction now (flushing buffered
 /// rows first), atomically.
-pub fn put_batch_now(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+pub fn put_batch_now(cf: CfRef, logged: bool, batch: &BatchBuilder) -> Result<(), CallError> {
     flush_pending()?;
-    put_batch_raw(cf, batch, nest_level())
+    put_batch_raw(cf, logged, batch, nest_level())
 }
 
 /// Answer to a row-lock request.
@@ -560,8 +572,9 @@ pub fn batch_capacity() -> usize {
     client::buffer_bytes().unwrap_or(0).saturating_sub(128)
 }
 
-/// Buffer one new row of transaction `xid` for `cf` (write-behind).
-pub fn buffer_put(cf: CfRef, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+/// Buffer one new row of transaction `xid` for `cf` (write-behind);
+/// `logged` as for [`put_batch_now`].
+pub fn buffer_put(cf: CfRef, logged: bool, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
     let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
     let full = PENDING.with(|p| p.borrow().batch.encoded_len() + entry_cost(key, value) > batch_capacity());
     if !same_target || full {
@@ -570,6 +583,7 @@ pub fn buffer_put(cf: CfRef, xid: u32, key: &[u8], value: &[u8]) -> Result<(), C
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = Some((cf, xid));
+        p.logged = logged;
         p.level = nest_level();
         p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
     })
@@ -584,12 +598,12 @@ pub fn flush_pending() -> Result<(), CallError> {
     };
     // Take the batch out first: a failed send must not be retried with
     // stale rows at the next call (the statement fails and aborts).
-    let (batch, owner) = PENDING.with(|p| {
+    let (batch, owner, logged) = PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = None;
-        (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level)
+        (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level, p.logged)
     });
-    let result = if batch.len() > 0 { put_batch_raw(cf, &batch, owner) } else { Ok(()) };
+    let result = if batch.len() > 0 { put_batch_raw(cf, logged, &batch, owner) } else { Ok(()) };
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.target.is_none() {

@@ -4,10 +4,11 @@
 //! Nothing else may build or take apart a CF name by hand (DESIGN §2).
 //!
 //! Invariants:
-//! * A name starts with one ASCII letter naming its kind, then `.`: `t.` for a
-//!   table CF (`t.{db}.{rel}.{incarnation}`). Index CFs will get their own
-//!   letter; [`META_CF`] and RocksDB's `default` contain no `.` and so can
-//!   never be mistaken for a kind-prefixed name.
+//! * A name starts with one ASCII letter naming its kind, then `.`: `t.` for
+//!   a logged table's CF (`t.{db}.{rel}.{incarnation}`), `u.` for the CF of
+//!   an unlogged or temporary table, whose changes are never logged and which
+//!   the engine empties after a crash. [`META_CF`] and RocksDB's `default`
+//!   contain no `.` and so can never be mistaken for a kind-prefixed name.
 //! * Parsing is the exact inverse of formatting: numbers are plain decimal with
 //!   no sign and no leading zeros, so one identity has exactly one name, and a
 //!   name that does not round-trip is "not ours".
@@ -20,8 +21,10 @@ use std::fmt;
 /// LSN and the clean-close marker.
 pub const META_CF: &str = "meta";
 
-/// Kind letter of table CF names.
+/// Kind letter of logged table CF names.
 const TABLE_PREFIX: &str = "t.";
+/// Kind letter of unlogged (and temporary) table CF names.
+const UNLOGGED_TABLE_PREFIX: &str = "u.";
 
 /// Identity of one incarnation of a table's column family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,21 +35,26 @@ pub struct TableCf {
     pub rel: u32,
     /// Engine-wide counter value given to this CF when it was created.
     pub incarnation: u64,
+    /// Changes to the table are logged in PostgreSQL's WAL (a permanent
+    /// table). An unlogged or temporary table's are not: it gets no flush
+    /// flags, no replay, and is emptied after a crash, like heap's.
+    pub logged: bool,
 }
 
 impl TableCf {
-    /// The RocksDB name, `t.{db}.{rel}.{incarnation}`.
+    /// The RocksDB name, `t.{db}.{rel}.{incarnation}` (`u.` if unlogged).
     pub fn name(&self) -> String {
-        format!(
-            "{TABLE_PREFIX}{}.{}.{}",
-            self.db, self.rel, self.incarnation
-        )
+        let kind = if self.logged { TABLE_PREFIX } else { UNLOGGED_TABLE_PREFIX };
+        format!("{kind}{}.{}.{}", self.db, self.rel, self.incarnation)
     }
 
     /// Parses a name produced by [`TableCf::name`]; `None` for anything else
     /// (the meta CF, `default`, other kinds, non-canonical spellings).
     pub fn parse(name: &str) -> Option<TableCf> {
-        let rest = name.strip_prefix(TABLE_PREFIX)?;
+        let (logged, rest) = match name.strip_prefix(TABLE_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, name.strip_prefix(UNLOGGED_TABLE_PREFIX)?),
+        };
         let mut parts = rest.split('.');
         let db = parse_decimal(parts.next()?)?;
         let rel = parse_decimal(parts.next()?)?;
@@ -58,6 +66,7 @@ impl TableCf {
             db: u32::try_from(db).ok()?,
             rel: u32::try_from(rel).ok()?,
             incarnation,
+            logged,
         })
     }
 }
@@ -86,33 +95,15 @@ mod tests {
     #[test]
     fn table_name_round_trips() {
         for cf in [
-            TableCf {
-                db: 0,
-                rel: 0,
-                incarnation: 0,
-            },
-            TableCf {
-                db: 5,
-                rel: 16384,
-                incarnation: 1,
-            },
-            TableCf {
-                db: u32::MAX,
-                rel: u32::MAX,
-                incarnation: u64::MAX,
-            },
+            TableCf { db: 0, rel: 0, incarnation: 0, logged: true },
+            TableCf { db: 5, rel: 16384, incarnation: 1, logged: true },
+            TableCf { db: 5, rel: 16384, incarnation: 1, logged: false },
+            TableCf { db: u32::MAX, rel: u32::MAX, incarnation: u64::MAX, logged: false },
         ] {
             assert_eq!(TableCf::parse(&cf.name()), Some(cf));
         }
-        assert_eq!(
-            TableCf {
-                db: 5,
-                rel: 16384,
-                incarnation: 7
-            }
-            .name(),
-            "t.5.16384.7"
-        );
+        assert_eq!(TableCf { db: 5, rel: 16384, incarnation: 7, logged: true }.name(), "t.5.16384.7");
+        assert_eq!(TableCf { db: 5, rel: 16384, incarnation: 7, logged: false }.name(), "u.5.16384.7");
     }
 
     #[test]
@@ -132,6 +123,9 @@ mod tests {
             "t.1.2.18446744073709551616",
             "i.1.2.3",
             "T.1.2.3",
+            "U.1.2.3",
+            "u.1.2",
+            "u.01.2.3",
         ] {
             assert_eq!(TableCf::parse(name), None, "{name:?}");
         }

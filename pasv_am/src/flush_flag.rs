@@ -62,6 +62,8 @@ impl FlushFlag {
                 db: u32_at(0),
                 rel: u32_at(4),
                 incarnation: u64_at(8),
+                // Only logged tables get flags.
+                logged: true,
             },
             commit_lsn: u64_at(16),
             first_lsn: u64_at(24),
@@ -107,7 +109,7 @@ mod tests {
     #[test]
     fn flag_round_trips_and_rejects_garbage() {
         let flag = FlushFlag {
-            cf: TableCf { db: 5, rel: 16384, incarnation: 7 },
+            cf: TableCf { db: 5, rel: 16384, incarnation: 7, logged: true },
             commit_lsn: 0x1_0000_0028,
             first_lsn: 0x1_0000_0000,
             last_lsn: 0x1_0000_0010,

@@ -63,8 +63,8 @@ fn execute(
 ) -> Result<usize, EngineError> {
     let answer = match request {
         Request::Ping => Response::Ok,
-        Request::CreateCf { cf, created_lsn } => {
-            engine.create_cf_at(cf, created_lsn)?;
+        Request::CreateCf { cf, created_lsn, logged } => {
+            engine.create_cf_at(cf, created_lsn, logged)?;
             Response::Ok
         }
         Request::DropCf(cf) => {
@@ -238,7 +238,7 @@ mod tests {
         let engine = open(&dir);
         let cfs: Vec<CfRef> = (0..40).map(|i| CfRef { db: 1 + i % 2, rel: 100 + i }).collect();
         for &cf in &cfs {
-            assert_ok(&call(&engine, &Request::CreateCf { cf, created_lsn: 0 }, 64));
+            assert_ok(&call(&engine, &Request::CreateCf { cf, created_lsn: 0, logged: true }, 64));
         }
         // A buffer for a few rows per answer, as with many tables.
         let mut seen = Vec::new();
@@ -266,7 +266,7 @@ mod tests {
         let dir = TempDir::new();
         let engine = open(&dir);
         assert_ok(&call(&engine, &Request::Ping, 64));
-        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, 64));
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
         let Response::Rowids { first } = decode_response(&call(
             &engine,
             &Request::AllocRowids { cf: T, count: 100 },
@@ -349,7 +349,7 @@ mod tests {
             error_code(&call(&engine, &Request::CfInfo(T), 64)),
             ErrorCode::NoSuchCf
         );
-        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, 64));
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
         assert_ok(&call(&engine, &Request::DropDatabase { db: T.db }, 64));
         assert!(engine.list_table_cfs().is_empty());
     }
@@ -479,7 +479,7 @@ mod tests {
     fn tiny_response_buffer_executes_nothing() {
         let dir = TempDir::new();
         let engine = open(&dir);
-        assert!(call(&engine, &Request::CreateCf { cf: T, created_lsn: 0 }, MIN_RESPONSE_LEN - 1).is_empty());
+        assert!(call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, MIN_RESPONSE_LEN - 1).is_empty());
         assert!(engine.list_table_cfs().is_empty());
         assert_ok(&call(&engine, &Request::Ping, MIN_RESPONSE_LEN));
     }

@@ -23,17 +23,6 @@ pub unsafe extern "C-unwind" fn relation_set_new_filelocator(
     freeze_xid: *mut pg_sys::TransactionId,
     minmulti: *mut pg_sys::MultiXactId,
 ) {
-    match persistence as u8 {
-        pg_sys::RELPERSISTENCE_TEMP => error::not_supported(
-            "temporary tables",
-            "Create the temporary table with USING heap (or SET default_table_access_method = heap).",
-        ),
-        pg_sys::RELPERSISTENCE_UNLOGGED => error::not_supported(
-            "unlogged tables",
-            "Create a logged pasv table, or an unlogged table USING heap.",
-        ),
-        _ => {}
-    }
     *freeze_xid = pg_sys::RecentXmin;
     *minmulti = pg_sys::GetOldestMultiXactId();
 
@@ -48,7 +37,12 @@ pub unsafe extern "C-unwind" fn relation_set_new_filelocator(
         // TRUNCATE / rewrite of an existing table: the old rows go at commit.
         xact::schedule(Action::DropCf(old_cf), xact::When::Commit);
     }
-    if let Err(e) = engine_client::create_cf(new_cf) {
+    // Unlogged and temporary tables: no messages, no flags, emptied after a
+    // crash (the engine does it when it opens). A temporary table's CF goes
+    // with the session, which drops the table (or with whoever cleans its
+    // temporary schema after a crash).
+    let logged = persistence as u8 == pg_sys::RELPERSISTENCE_PERMANENT;
+    if let Err(e) = engine_client::create_cf(new_cf, logged) {
         e.raise(&format!("creating storage for {}", rel_name(rel)));
     }
     xact::mark_written();
@@ -56,7 +50,7 @@ pub unsafe extern "C-unwind" fn relation_set_new_filelocator(
 
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::Relation) {
-    if let Err(e) = engine_client::truncate_cf(cf_of(rel)) {
+    if let Err(e) = engine_client::truncate_cf(cf_of(rel), super::logs_changes(rel)) {
         e.raise(&format!("truncating {}", rel_name(rel)));
     }
 }

@@ -98,6 +98,17 @@ pub unsafe fn cf_of(rel: pg_sys::Relation) -> CfRef {
     CfRef { db: loc.dbOid.to_u32(), rel: loc.relNumber.to_u32() }
 }
 
+/// Whether `rel`'s changes go to PostgreSQL's WAL as pasv messages: a
+/// permanent table's do; an unlogged or temporary table's do not (like heap's
+/// `RelationNeedsWAL`, without the `wal_level = minimal` shortcut: pasv
+/// never skips a permanent table's messages).
+///
+/// # Safety
+/// `rel` must be a valid, open relation.
+pub unsafe fn logs_changes(rel: pg_sys::Relation) -> bool {
+    (*(*rel).rd_rel).relpersistence as u8 == pg_sys::RELPERSISTENCE_PERMANENT
+}
+
 /// # Safety
 /// `rel` must be a valid, open relation.
 pub unsafe fn is_pasv(rel: pg_sys::Relation) -> bool {

@@ -39,7 +39,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     let result = VALUE.with(|v| {
         let mut v = v.borrow_mut();
         stored_value(tuple, rowid, full_xid, cid, &mut v);
-        engine_client::buffer_put(cf, full_xid as u32, &keys::row_key(rowid, 0), &v)
+        engine_client::buffer_put(cf, super::logs_changes(rel), full_xid as u32, &keys::row_key(rowid, 0), &v)
     });
     // The slot keeps the untoasted tuple; it learns the TID like heap's does.
     (*slot_tuple).t_self = (*tuple).t_self;
@@ -167,7 +167,7 @@ pub unsafe extern "C-unwind" fn tuple_complete_speculative(
     let Some(rowid) = super::rowid_from_tid(&(*slot).tts_tid) else { return };
     let mut batch = pasv_am::protocol::BatchBuilder::new();
     let pushed = batch.push(&keys::row_key(rowid, 0), &[]);
-    if let Err(e) = pushed.map_err(|e| crate::error::CallError::Protocol(e.to_string())).and_then(|_| engine_client::put_batch_now(cf_of(rel), &batch)) {
+    if let Err(e) = pushed.map_err(|e| crate::error::CallError::Protocol(e.to_string())).and_then(|_| engine_client::put_batch_now(cf_of(rel), super::logs_changes(rel), &batch)) {
         e.raise(&format!("withdrawing a conflicting row from {}", rel_name(rel)));
     }
 }

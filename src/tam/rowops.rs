@@ -453,7 +453,7 @@ fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u
 }
 
 unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &str) {
-    if let Err(e) = engine_client::put_batch_now(cf, batch) {
+    if let Err(e) = engine_client::put_batch_now(cf, super::logs_changes(rel), batch) {
         e.raise(&format!("{doing} {}", rel_name(rel)));
     }
     crate::xact::mark_written();

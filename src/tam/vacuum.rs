@@ -71,7 +71,7 @@ impl Pass {
         if self.batch.is_empty() {
             return;
         }
-        if let Err(e) = engine_client::put_batch_now(cf_of(self.rel), &self.batch) {
+        if let Err(e) = engine_client::put_batch_now(cf_of(self.rel), super::logs_changes(self.rel), &self.batch) {
             e.raise(doing);
         }
         self.batch.clear();

@@ -100,17 +100,18 @@ impl Engine {
     /// existing CF for `(db, rel)` is an orphan (its creator aborted or
     /// crashed and the relfilenumber was reused) and is dropped first.
     pub fn create_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
-        self.create_cf_at(cf, 0)
+        self.create_cf_at(cf, 0, true)
     }
 
     /// [`Engine::create_cf`], recording `created_lsn` (the WAL insert
-    /// position, already durable) as the CF's creation point.
-    pub fn create_cf_at(&self, cf: CfRef, created_lsn: u64) -> Result<TableCf, EngineError> {
+    /// position, already durable) as the CF's creation point. `logged`:
+    /// false for an unlogged or temporary table (see [`TableCf::logged`]).
+    pub fn create_cf_at(&self, cf: CfRef, created_lsn: u64, logged: bool) -> Result<TableCf, EngineError> {
         let mut ddl = self.lock_ddl();
         if let Some(orphan) = self.lookup(cf) {
             self.drop_table(cf, &orphan)?;
         }
-        let entry = self.create_incarnation(&mut ddl, cf, created_lsn)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, logged)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // A new table has no rows: any lock on (db, rel) is from a past life
@@ -149,8 +150,8 @@ impl Engine {
         Ok(victims.len())
     }
 
-    /// Empties the table: a new, empty incarnation replaces the CF, and its
-    /// rowids restart at 0. Returns the new incarnation.
+    /// Empties the table: a new, empty incarnation of the same kind replaces
+    /// the CF, and its rowids restart at 0. Returns the new incarnation.
     ///
     /// The new CF is created before the old one is dropped, so a crash in
     /// between leaves two incarnations, and open keeps the new (empty) one.
@@ -162,7 +163,7 @@ impl Engine {
     pub fn truncate_cf_at(&self, cf: CfRef, created_lsn: u64) -> Result<TableCf, EngineError> {
         let mut ddl = self.lock_ddl();
         let old = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
-        let entry = self.create_incarnation(&mut ddl, cf, created_lsn)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, old.cf.logged)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // Rowids restart at 0 from now on; even if dropping the old CF fails.
@@ -180,9 +181,23 @@ impl Engine {
     /// survive the crash, and their stale entries must never point at new
     /// rows. The floor is stored durably for each new CF.
     pub fn truncate_all(&self) -> Result<usize, EngineError> {
+        self.truncate_where(|_| true)
+    }
+
+    /// Empties every unlogged (and temporary) table, as [`truncate_all`]
+    /// does; `open` calls it after a crash, when their memtables are lost
+    /// and only whatever RocksDB happened to flush is left.
+    ///
+    /// [`truncate_all`]: Engine::truncate_all
+    pub fn truncate_unlogged(&self) -> Result<usize, EngineError> {
+        self.truncate_where(|entry| !entry.cf.logged)
+    }
+
+    fn truncate_where(&self, pick: impl Fn(&TableEntry) -> bool) -> Result<usize, EngineError> {
         let all: Vec<(CfRef, u64)> = self
             .tables()
             .iter()
+            .filter(|(_, entry)| pick(entry))
             .map(|(cf, entry)| (*cf, entry.next_rowid.load(Ordering::Relaxed)))
             .collect();
         for (cf, floor) in &all {
@@ -260,6 +275,7 @@ impl Engine {
         ddl: &mut Ddl,
         cf: CfRef,
         created_lsn: u64,
+        logged: bool,
     ) -> Result<Arc<TableEntry>, EngineError> {
         let incarnation = ddl.next_incarnation;
         let next = incarnation
@@ -274,7 +290,8 @@ impl Engine {
                 &self.write_options,
             )
             .map_err(rocks("persist the incarnation counter"))?;
-        let name = TableCf { db: cf.db, rel: cf.rel, incarnation }.name();
+        let table = TableCf { db: cf.db, rel: cf.rel, incarnation, logged };
+        let name = table.name();
         self.db
             .put_cf_opt(&meta, created_lsn_key(&name), created_lsn.to_le_bytes(), &self.write_options)
             .map_err(rocks("persist a creation LSN"))?;
@@ -285,11 +302,6 @@ impl Engine {
             .map_err(rocks("flush the meta column family"))?;
         ddl.next_incarnation = next;
 
-        let table = TableCf {
-            db: cf.db,
-            rel: cf.rel,
-            incarnation,
-        };
         self.db
             .create_cf(&name, &self.cf_options)
             .map_err(rocks_with(|| format!("create column family {name}")))?;
@@ -400,6 +412,53 @@ mod tests {
         let engine = open(&dir);
         assert_eq!(engine.cf_info(T).unwrap().next_rowid, 42);
         assert_eq!(engine.alloc_rowids(T, 1).unwrap(), 42);
+    }
+
+    #[test]
+    fn unlogged_tables_survive_a_clean_close_and_come_back_empty_after_a_crash() {
+        let dir = TempDir::new();
+        let logged = CfRef { db: 5, rel: 1 };
+        let unlogged = CfRef { db: 5, rel: 2 };
+        let all = || row_range(0, MAX_ROWID + 1);
+        {
+            let engine = open(&dir);
+            engine.create_cf_at(logged, 0x10, true).unwrap();
+            let u = engine.create_cf_at(unlogged, 0, false).unwrap();
+            assert!(!u.logged);
+            put_rows(&engine, logged, 0..5);
+            put_rows(&engine, unlogged, 0..5);
+            // No flags and no persistence row: nothing replays it.
+            let written = engine.write_flags(5, [1, 2].into_iter(), 9, 0x100, 0x20, 0x30).unwrap();
+            assert_eq!(written, 1);
+            let report = engine.persistence(Some(5)).unwrap();
+            assert_eq!(report.iter().map(|p| p.cf.rel).collect::<Vec<_>>(), [1]);
+            // TRUNCATE keeps the kind.
+            engine.alloc_rowids(unlogged, 5).unwrap();
+            assert!(!engine.truncate_cf(unlogged).unwrap().logged);
+            put_rows(&engine, unlogged, 0..5);
+            engine.close(true).unwrap();
+        }
+        {
+            let engine = open(&dir);
+            assert!(engine.opened_clean());
+            assert_eq!(engine.table_cf(unlogged).map(|t| t.logged), Some(false));
+            let (lo, hi) = all();
+            assert_eq!(scan_all(&engine, unlogged, &lo, &hi, 4096, 0).0.len(), 5, "kept by a clean close");
+            put_rows(&engine, unlogged, 5..8);
+            // Some of its rows reach SST files before the crash.
+            engine.flush_cf(unlogged).unwrap();
+            put_rows(&engine, unlogged, 8..9);
+            engine.flush_cf(logged).unwrap();
+            // Dropped without close: a crash.
+        }
+        let engine = open(&dir);
+        assert!(!engine.opened_clean());
+        let (lo, hi) = all();
+        assert!(scan_all(&engine, unlogged, &lo, &hi, 4096, 0).0.is_empty(), "emptied after a crash");
+        assert_eq!(scan_all(&engine, logged, &lo, &hi, 4096, 0).0.len(), 5, "logged rows stay");
+        assert_eq!(engine.table_cf(unlogged).map(|t| t.logged), Some(false));
+        // Rowids do not restart: indexes may still name the lost rows.
+        assert!(engine.alloc_rowids(unlogged, 1).unwrap() >= 9);
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl Engine {
         // afterwards whether its CF still exists.
         write_options.set_ignore_missing_column_families(true);
 
-        Ok(Engine {
+        let engine = Engine {
             db,
             tables: RwLock::new(tables),
             ddl: Mutex::new(Ddl { next_incarnation }),
@@ -254,7 +254,13 @@ impl Engine {
             opened_clean,
             _block_cache: block_cache,
             _write_buffer_manager: write_buffer_manager,
-        })
+        };
+        // Unlogged and temporary tables lost their memtables, and nothing
+        // replays them: like heap's, they come back empty after a crash.
+        if !opened_clean {
+            engine.truncate_unlogged()?;
+        }
+        Ok(engine)
     }
 
     /// Flushes everything, marks the close clean if `clean` and closes
@@ -362,12 +368,7 @@ mod tests {
             opts.create_if_missing(true);
             let raw = rocksdb::DB::open(&opts, &cfg.path).unwrap();
             for (incarnation, rowid) in [(3, 1), (9, 2)] {
-                let name = TableCf {
-                    db: 5,
-                    rel: 16384,
-                    incarnation,
-                }
-                .name();
+                let name = TableCf { db: 5, rel: 16384, incarnation, logged: true }.name();
                 raw.create_cf(&name, &opts).unwrap();
                 let handle = raw.cf_handle(&name).unwrap();
                 raw.put_cf(&handle, row_key(rowid, 0), b"x").unwrap();
@@ -379,11 +380,7 @@ mod tests {
         let engine = Engine::open(cfg.clone()).unwrap();
         assert_eq!(
             engine.list_table_cfs(),
-            [TableCf {
-                db: 5,
-                rel: 16384,
-                incarnation: 9
-            }]
+            [TableCf { db: 5, rel: 16384, incarnation: 9, logged: true }]
         );
         assert_eq!(engine.cf_info(T).unwrap().next_rowid, 3);
         let other = CfRef { db: 1, rel: 1 };
@@ -392,12 +389,7 @@ mod tests {
         let names = rocksdb::DB::list_cf(&Options::default(), &cfg.path).unwrap();
         assert!(
             !names.contains(
-                &TableCf {
-                    db: 5,
-                    rel: 16384,
-                    incarnation: 3
-                }
-                .name()
+                &TableCf { db: 5, rel: 16384, incarnation: 3, logged: true }.name()
             ),
             "{names:?}"
         );

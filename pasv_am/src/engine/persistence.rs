@@ -81,8 +81,8 @@ impl Engine {
         let mut written = 0;
         for rel in rels {
             let cf = CfRef { db, rel };
-            let Some(entry) = self.lookup(cf) else {
-                continue; // dropped since: nothing to describe
+            let Some(entry) = self.lookup(cf).filter(|entry| entry.cf.logged) else {
+                continue; // dropped since, or unlogged: nothing to describe
             };
             let mut state = entry.flag.lock().unwrap_or_else(PoisonError::into_inner);
             if state.newest >= commit_lsn {
@@ -131,13 +131,15 @@ impl Engine {
         Ok(())
     }
 
-    /// Where every CF of database `db` (every database: `None`) stands.
+    /// Where every logged CF of database `db` (every database: `None`)
+    /// stands. Unlogged ones are left out: nothing replays them, so they
+    /// hold no persistence point back.
     pub fn persistence(&self, db: Option<u32>) -> Result<Vec<CfPersistence>, EngineError> {
         self.write_pending_flags(db)?;
         let mut entries: Vec<(CfRef, Arc<TableEntry>)> = self
             .tables()
             .iter()
-            .filter(|(key, _)| db.is_none_or(|d| key.db == d))
+            .filter(|(key, entry)| entry.cf.logged && db.is_none_or(|d| key.db == d))
             .map(|(key, entry)| (*key, Arc::clone(entry)))
             .collect();
         entries.sort_by_key(|(key, _)| *key);
@@ -287,7 +289,7 @@ mod tests {
     fn flags_reach_the_persisted_tier_only_with_a_flush_and_only_move_forward() {
         let dir = TempDir::new();
         let engine = open(&dir);
-        engine.create_cf_at(T, 0x100).unwrap();
+        engine.create_cf_at(T, 0x100, true).unwrap();
         put_rows(&engine, T, [1, 2]);
         assert_eq!(engine.write_flags(T.db, [T.rel].into_iter(), 9, 0x2000, 0x1000, 0x1800).unwrap(), 1);
         let p = engine.persistence(Some(T.db)).unwrap();

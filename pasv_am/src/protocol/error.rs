@@ -67,6 +67,8 @@ pub enum ProtocolError {
     ZeroXid,
     #[error("a refused row lock carries no versions")]
     VersionsWithoutLock,
+    #[error("unknown table kind {0} (0: logged, 1: unlogged)")]
+    UnknownTableKind(u32),
 }
 
 impl ProtocolError {

@@ -43,7 +43,7 @@
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
 //!
 //! then, for `CreateCf` and `TruncateCf`, created_lsn u64; the bodies of
 //! `PutBatch`, `Scan`, `LockRow` and `Committed` are described in their
@@ -184,9 +184,12 @@ pub enum Request<'a> {
     /// Create the table's CF with a new incarnation; an existing CF for
     /// (db, rel) is an orphan and is dropped first. `created_lsn`: a WAL
     /// position already durable; replay skips transactions committed before.
+    /// `logged`: false for an unlogged or temporary table, whose CF gets no
+    /// flags and is emptied after a crash.
     CreateCf {
         cf: CfRef,
         created_lsn: u64,
+        logged: bool,
     },
     /// Drop the table's CF; a missing CF is not an error.
     DropCf(CfRef),
@@ -328,7 +331,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     let zero = CfRef { db: 0, rel: 0 };
     let (code, cf, arg) = match *request {
         Request::Ping => (op::PING, zero, 0),
-        Request::CreateCf { cf, .. } => (op::CREATE_CF, cf, 0),
+        Request::CreateCf { cf, logged, .. } => (op::CREATE_CF, cf, u32::from(!logged)),
         Request::DropCf(cf) => (op::DROP_CF, cf, 0),
         Request::DropDatabase { db } => (op::DROP_DATABASE, CfRef { db, rel: 0 }, 0),
         Request::TruncateCf { cf, .. } => (op::TRUNCATE_CF, cf, 0),
@@ -400,8 +403,8 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::PING | op::FLUSH_ALL | op::LIST_CFS | op::SYNC_WAL => (false, false, false),
         op::DROP_DATABASE => (true, false, false),
         op::COMMITTED => (true, false, true),
-        op::CREATE_CF | op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
-        op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE => (true, true, true),
+        op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
+        op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE => (true, true, true),
         op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
     };
@@ -416,7 +419,15 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     let body = &buf[REQUEST_HEADER_LEN..];
     Ok(match code {
         op::PING => Request::Ping,
-        op::CREATE_CF => Request::CreateCf { cf, created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)? },
+        op::CREATE_CF => Request::CreateCf {
+            cf,
+            created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)?,
+            logged: match arg {
+                0 => true,
+                1 => false,
+                other => return Err(ProtocolError::UnknownTableKind(other)),
+            },
+        },
         op::DROP_CF => Request::DropCf(cf),
         op::DROP_DATABASE => Request::DropDatabase { db },
         op::TRUNCATE_CF => Request::TruncateCf { cf, created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)? },
@@ -645,7 +656,8 @@ mod tests {
         let batch = sample_batch();
         let requests = [
             Request::Ping,
-            Request::CreateCf { cf: cf(), created_lsn: 0x1_2345_6789 },
+            Request::CreateCf { cf: cf(), created_lsn: 0x1_2345_6789, logged: true },
+            Request::CreateCf { cf: cf(), created_lsn: 0, logged: false },
             Request::DropCf(cf()),
             Request::DropDatabase { db: 7 },
             Request::TruncateCf { cf: cf(), created_lsn: 0 },
@@ -870,6 +882,12 @@ mod tests {
             decode_request(&buf),
             Err(ProtocolError::NotZero { offset: 9 })
         );
+
+        // A CreateCf of a table kind that does not exist.
+        let mut create = [0u8; 64];
+        let len = encode_request(&Request::CreateCf { cf: cf(), created_lsn: 1, logged: false }, &mut create).unwrap();
+        create[12] = 2;
+        assert_eq!(decode_request(&create[..len]), Err(ProtocolError::UnknownTableKind(2)));
 
         // A PutBatch whose count promises more entries than the bytes hold.
         let mut b = BatchBuilder::new();
