@@ -2,12 +2,13 @@
 //! with PostgreSQL's WAL as the only log (see DESIGN.md).
 //!
 //! This file is the table of contents: `_PG_init` registers the settings,
-//! the shared-memory channel, the engine worker, the transaction callbacks
-//! and the DROP hook. Where things live:
+//! the shared-memory channel, the engine worker, the transaction callbacks,
+//! the DROP hook and the publication check. Where things live:
 //! * `ipc/`            the shared-memory channel (the only raw shm pointers)
 //! * `engine_worker`   the background worker that owns RocksDB
 //! * `engine_client`   typed engine calls and the backend's write-behind buffer
 //! * `tam/`            the table access method callbacks
+//! * `publication`     refuses publications of pasv tables (a ProcessUtility hook)
 //! * `xact`            pending drops, pre-commit flush, PREPARE refusal, row-lock release
 //! * `wal`             every change logged to PostgreSQL's WAL as a logical message
 //! * `wal_flush`       WAL before data: the engine main thread's XLogFlush service
@@ -30,6 +31,7 @@ mod error;
 mod flushflag;
 mod guc;
 mod ipc;
+mod publication;
 mod replay;
 mod shmem;
 mod sql_api;
@@ -64,6 +66,7 @@ pub extern "C-unwind" fn _PG_init() {
         shmem::install_hooks();
         xact::register();
         tam::ddl::install_object_access_hook();
+        publication::install_hook();
     }
     engine_worker::register();
 }

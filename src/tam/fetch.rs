@@ -235,8 +235,8 @@ pub unsafe extern "C-unwind" fn tuple_fetch_row_version(
 }
 
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn tuple_tid_valid(_scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
-    rowid_from_tid(tid).is_some()
+pub unsafe extern "C-unwind" fn tuple_tid_valid(scan: pg_sys::TableScanDesc, tid: pg_sys::ItemPointer) -> bool {
+    rowid_from_tid(tid).is_some_and(|rowid| super::scan::tid_within_table(scan, rowid))
 }
 
 #[pgrx::pg_guard]

@@ -139,6 +139,11 @@ pub unsafe extern "C-unwind" fn scan_analyze_next_tuple(
 /// alive (kept out of unique checks and reltuples, as HEAPTUPLE_RECENTLY_DEAD).
 /// REINDEX, and the rebuild that ends VACUUM FULL and CLUSTER, must keep
 /// those reachable for snapshots taken before the delete or move.
+///
+/// A concurrent build (`CREATE INDEX CONCURRENTLY`, `REINDEX
+/// CONCURRENTLY`) runs beside writers: like heap's, it indexes the rows
+/// visible to a fresh MVCC snapshot, and [`index_validate_scan`] later adds
+/// what that snapshot missed.
 #[pgrx::pg_guard]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C-unwind" fn index_build_range_scan(
@@ -156,10 +161,18 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
 ) -> f64 {
     let Some(callback) = callback else { return 0.0 };
     let own_scan = scan.is_null();
+    let concurrent = (*index_info).ii_Concurrent;
+    let mut mvcc_snapshot: pg_sys::Snapshot = std::ptr::null_mut();
     let scan = if own_scan {
+        let snapshot = if concurrent {
+            mvcc_snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+            mvcc_snapshot
+        } else {
+            &raw mut pg_sys::SnapshotAnyData
+        };
         super::scan::scan_begin(
             table_rel,
-            &raw mut pg_sys::SnapshotAnyData,
+            snapshot,
             0,
             std::ptr::null_mut(),
             std::ptr::null_mut(),
@@ -169,8 +182,10 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         scan
     };
     let s = &mut *(scan as *mut PasvScan);
-    s.build_live = true;
-    s.build_horizon = pg_sys::GetOldestNonRemovableTransactionId(table_rel);
+    if !concurrent {
+        s.build_live = true;
+        s.build_horizon = pg_sys::GetOldestNonRemovableTransactionId(table_rel);
+    }
     if own_scan && numblocks != pg_sys::InvalidBlockNumber {
         let lo = u64::from(start_blockno) * ROWS_PER_BLOCK;
         s.stream.set_range(lo, lo + u64::from(numblocks) * ROWS_PER_BLOCK);
@@ -206,21 +221,98 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
     (*index_info).ii_PredicateState = std::ptr::null_mut();
     // Like heap's, this callback ends the scan it was given (parallel builds).
     super::scan::scan_end(scan);
+    if !mvcc_snapshot.is_null() {
+        pg_sys::UnregisterSnapshot(mvcc_snapshot);
+    }
     reltuples
 }
 
+/// The validation pass of a concurrent index build: every row visible to
+/// `snapshot` whose TID the index does not hold yet (the TIDs it holds come
+/// sorted in `state.tuplesort`) is inserted, with a unique check if the
+/// index is unique. A pasv row keeps one TID for all its versions (an
+/// update of an indexed column moves the row to a new one), so a row's TID
+/// plays the part of heap's HOT-chain root.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_validate_scan(
-    _table_rel: pg_sys::Relation,
-    _index_rel: pg_sys::Relation,
-    _index_info: *mut pg_sys::IndexInfo,
-    _snapshot: pg_sys::Snapshot,
-    _state: *mut pg_sys::ValidateIndexState,
+    table_rel: pg_sys::Relation,
+    index_rel: pg_sys::Relation,
+    index_info: *mut pg_sys::IndexInfo,
+    snapshot: pg_sys::Snapshot,
+    state: *mut pg_sys::ValidateIndexState,
 ) {
-    error::not_supported(
-        "CREATE INDEX CONCURRENTLY",
-        "Use CREATE INDEX without CONCURRENTLY, then drop the invalid index this statement left behind.",
+    let scan = super::scan::scan_begin(
+        table_rel,
+        snapshot,
+        0,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        pg_sys::ScanOptions::SO_TYPE_SEQSCAN,
     );
+    let s = &mut *(scan as *mut PasvScan);
+    let slot = pg_sys::table_slot_create(table_rel, std::ptr::null_mut());
+    let estate = pg_sys::CreateExecutorState();
+    let econtext = pg_sys::MakePerTupleExprContext(estate);
+    (*econtext).ecxt_scantuple = slot;
+    let predicate = pg_sys::ExecPrepareQual((*index_info).ii_Predicate, estate);
+    let mut values = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
+    let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+    let unique_check = if (*index_info).ii_Unique {
+        pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
+    } else {
+        pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
+    };
+    // The index's TIDs, ascending, as heap's `itemptr_encode` packs them.
+    let mut indexed: Option<i64> = None;
+    let mut sort_done = false;
+
+    while s.next_into(slot) {
+        pgrx::check_for_interrupts!();
+        (*state).htups += 1.0;
+        let mut tid = (*slot).tts_tid;
+        let encoded = encode_tid(&tid);
+        while !sort_done && indexed.is_none_or(|t| t < encoded) {
+            let mut datum = pg_sys::Datum::from(0usize);
+            let mut null = false;
+            if pg_sys::tuplesort_getdatum((*state).tuplesort, true, false, &mut datum, &mut null, std::ptr::null_mut()) {
+                indexed = Some(datum.value() as i64);
+            } else {
+                sort_done = true;
+                indexed = None;
+            }
+        }
+        if indexed == Some(encoded) {
+            continue;
+        }
+        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
+            continue;
+        }
+        pg_sys::FormIndexDatum(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
+        pg_sys::index_insert(
+            index_rel,
+            values.as_mut_ptr(),
+            isnull.as_mut_ptr(),
+            &mut tid,
+            table_rel,
+            unique_check,
+            false,
+            index_info,
+        );
+        (*state).tups_inserted += 1.0;
+    }
+
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::FreeExecutorState(estate);
+    (*index_info).ii_ExpressionsState = std::ptr::null_mut();
+    (*index_info).ii_PredicateState = std::ptr::null_mut();
+    super::scan::scan_end(scan);
+}
+
+/// A TID as one ordered integer (catalog/index.h's `itemptr_encode`).
+fn encode_tid(tid: &pg_sys::ItemPointerData) -> i64 {
+    let (block, offset) = pgrx::itemptr::item_pointer_get_both(*tid);
+    (i64::from(block) << 16) | i64::from(offset)
 }
 
 /// Blocks the table's rowids span (291 rowids a block), from the engine.

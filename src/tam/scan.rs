@@ -42,7 +42,27 @@ pub struct PasvScan {
     ahead_tuple: *mut u8,
     ahead_len: usize,
     sample_block_done: bool,
+    /// Sequential and TID-range scans: the rowid of the row returned last,
+    /// if the last call returned one (else the scan is at its start or
+    /// end, and either direction begins afresh, as heap's does).
+    at_row: bool,
+    cur_rowid: u64,
+    /// A backward step moved the stream away from `cur_rowid`: the next
+    /// forward call repositions it.
+    moved_back: bool,
+    /// The row a backward step returns, copied out of the stream's buffer
+    /// (palloc'd in the scan's context, grown as needed).
+    back_copy: *mut u8,
+    back_cap: usize,
+    /// TID scans: the rowid blocks the table spans, read from the engine at
+    /// the first TID checked after the scan began or restarted (as heap's
+    /// `rs_nblocks`, the size at scan start).
+    tid_blocks: Option<u64>,
 }
+
+/// Rowids a backward step looks at first, below the current row; each empty
+/// window makes the next one four times larger.
+const BACKWARD_WINDOW: u64 = 64;
 
 #[repr(C)]
 pub struct PasvParallelScan {
@@ -81,6 +101,7 @@ impl PasvScan {
                 if self.bm_ntuples >= 0 && !self.bitmap_wants(row.rowid) {
                     continue;
                 }
+                self.cur_rowid = row.rowid;
                 describe_row(rel, &row, &mut self.tuple);
                 store_in_slot(&mut self.tuple, slot);
                 return true;
@@ -112,6 +133,93 @@ impl PasvScan {
             pg_sys::ExecClearTuple(slot);
             false
         }
+    }
+
+    /// One step of a scan in `direction` (sequential and TID-range scans).
+    ///
+    /// Backward: the row before the current one (the last one, at the
+    /// scan's start or end), found by scanning forward through windows of
+    /// rowids below it and keeping the last visible row; forward after that
+    /// resumes right after the row returned. Costs one round trip per step
+    /// where rows are dense; backward scans serve cursors (`FETCH BACKWARD`,
+    /// `SCROLL`) and `ORDER BY ctid DESC`, not bulk reads.
+    ///
+    /// # Safety
+    /// As `next_into`.
+    unsafe fn step(&mut self, direction: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
+        if direction != pg_sys::ScanDirection::BackwardScanDirection {
+            if self.moved_back {
+                let from = if self.at_row { self.cur_rowid + 1 } else { self.range_lo };
+                self.stream.set_range(from, self.range_hi);
+                self.moved_back = false;
+            }
+            self.at_row = self.next_or_clear(slot);
+            return self.at_row;
+        }
+        if !self.base.rs_parallel.is_null() {
+            crate::error::not_supported(
+                "backward parallel scans",
+                "PostgreSQL never plans one; this is a bug in pasv or in the caller.",
+            );
+        }
+        self.moved_back = true;
+        let hi = if self.at_row { self.cur_rowid } else { self.range_hi.min(self.end_of_rowids()) };
+        self.at_row = self.last_visible_below(hi);
+        if self.at_row {
+            let row = super::stream::Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize };
+            describe_row(self.base.rs_rd, &row, &mut self.tuple);
+            store_in_slot(&mut self.tuple, slot);
+        } else {
+            pg_sys::ExecClearTuple(slot);
+        }
+        self.at_row
+    }
+
+    /// One past the highest rowid handed out: no row lies above it.
+    unsafe fn end_of_rowids(&self) -> u64 {
+        let rel = self.base.rs_rd;
+        match engine_client::cf_info(cf_of(rel)) {
+            Ok(info) => info.next_rowid,
+            Err(e) => e.raise(&format!("scanning {} backward", rel_name(rel))),
+        }
+    }
+
+    /// Finds the highest visible row in `[range_lo, hi)`, copies it to
+    /// `back_copy` (its length in `tuple.t_len`) and its rowid to
+    /// `cur_rowid`. False if there is none.
+    unsafe fn last_visible_below(&mut self, mut hi: u64) -> bool {
+        let mut window = BACKWARD_WINDOW;
+        while hi > self.range_lo {
+            let lo = hi.saturating_sub(window).max(self.range_lo);
+            self.stream.set_range(lo, hi);
+            let mut found = false;
+            while let Some(row) = self.stream.next_row(self.reader(), "scanning backward") {
+                self.keep_copy(&row);
+                found = true;
+            }
+            if found {
+                return true;
+            }
+            hi = lo;
+            window = window.saturating_mul(4);
+        }
+        false
+    }
+
+    /// Copies `row`'s tuple to `back_copy`, growing it in the scan's context.
+    unsafe fn keep_copy(&mut self, row: &super::stream::Row) {
+        if row.tuple_len > self.back_cap {
+            let context = pg_sys::GetMemoryChunkContext(self as *mut PasvScan as *mut std::ffi::c_void);
+            if !self.back_copy.is_null() {
+                pg_sys::pfree(self.back_copy as *mut std::ffi::c_void);
+            }
+            let cap = row.tuple_len.next_power_of_two().max(256);
+            self.back_copy = pg_sys::MemoryContextAlloc(context, cap) as *mut u8;
+            self.back_cap = cap;
+        }
+        std::ptr::copy_nonoverlapping(row.tuple, self.back_copy, row.tuple_len);
+        self.tuple.t_len = row.tuple_len as u32;
+        self.cur_rowid = row.rowid;
     }
 
     /// Exact bitmap pages: whether `rowid`'s offset is among the page's
@@ -159,6 +267,7 @@ pub unsafe extern "C-unwind" fn scan_begin(
     }
     s.bm_ntuples = -2;
     s.sample_block = pg_sys::InvalidBlockNumber;
+    std::ptr::write(&mut s.tid_blocks, None);
     if pscan.is_null() {
         s.range_lo = 0;
         s.range_hi = MAX_ROWID + 1;
@@ -175,6 +284,9 @@ pub unsafe extern "C-unwind" fn scan_begin(
 pub unsafe extern "C-unwind" fn scan_end(scan: pg_sys::TableScanDesc) {
     let s = &mut *(scan as *mut PasvScan);
     s.stream.free();
+    if !s.back_copy.is_null() {
+        pg_sys::pfree(s.back_copy as *mut std::ffi::c_void);
+    }
     pg_sys::RelationDecrementReferenceCount(s.base.rs_rd);
     if s.base.rs_flags & pg_sys::ScanOptions::SO_TEMP_SNAPSHOT != 0 {
         pg_sys::UnregisterSnapshot(s.base.rs_snapshot);
@@ -207,6 +319,28 @@ pub unsafe extern "C-unwind" fn scan_rescan(
         s.base.rs_flags = f;
     }
     s.stream.set_range(s.range_lo, s.range_hi);
+    s.at_row = false;
+    s.moved_back = false;
+    s.tid_blocks = None;
+}
+
+/// Whether `tid` may name a row of the scanned table: its block lies within
+/// the rowid blocks the table spanned when the scan began (heap's test:
+/// a TID past the end is invalid, e.g. for `currtid2` and TID scans).
+///
+/// # Safety
+/// A scan begun by `scan_begin`, in a backend inside a transaction.
+pub unsafe fn tid_within_table(scan: pg_sys::TableScanDesc, rowid: u64) -> bool {
+    let s = &mut *(scan as *mut PasvScan);
+    let blocks = match s.tid_blocks {
+        Some(blocks) => blocks,
+        None => {
+            let blocks = s.end_of_rowids().div_ceil(ROWS_PER_BLOCK);
+            s.tid_blocks = Some(blocks);
+            blocks
+        }
+    };
+    rowid / ROWS_PER_BLOCK < blocks
 }
 
 #[pgrx::pg_guard]
@@ -216,13 +350,7 @@ pub unsafe extern "C-unwind" fn scan_getnextslot(
     slot: *mut pg_sys::TupleTableSlot,
 ) -> bool {
     let s = &mut *(scan as *mut PasvScan);
-    if direction == pg_sys::ScanDirection::BackwardScanDirection {
-        crate::error::not_supported(
-            "backward scans",
-            "Fetch forward only, or materialize the result (e.g. a WITH ... MATERIALIZED query) before scrolling.",
-        );
-    }
-    s.next_or_clear(slot)
+    s.step(direction, slot)
 }
 
 /// TID range scans: restrict the scan to rowids between two TIDs
@@ -250,6 +378,8 @@ pub unsafe extern "C-unwind" fn scan_set_tidrange(
     s.range_lo = lo;
     s.range_hi = hi.max(lo);
     s.stream.set_range(s.range_lo, s.range_hi);
+    s.at_row = false;
+    s.moved_back = false;
 }
 
 // ---------------------------------------------------------------------------

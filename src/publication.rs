@@ -1,0 +1,135 @@
+//! Logical replication refuses pasv tables (issue 10, item 7).
+//!
+//! A pasv table's changes reach PostgreSQL's WAL as pasv messages, not as
+//! row changes, so `pgoutput` would publish nothing for it, silently. Until
+//! pasv tables can be published, a publication that names one fails with
+//! an ERROR naming the table; one that covers pasv tables only through
+//! `FOR ALL TABLES` or `FOR TABLES IN SCHEMA` is created with a WARNING that
+//! names them (refusing it would refuse every such publication in a
+//! database that has a pasv table).
+//!
+//! Runs as a `ProcessUtility` hook, after PostgreSQL has executed `CREATE
+//! PUBLICATION` or `ALTER PUBLICATION`: the publication's relations are read
+//! back from the catalog, so every way of naming a table (a list, a
+//! partitioned parent, a schema) is covered. An ERROR here rolls the
+//! statement back.
+
+use crate::tam;
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+/// How many table names a message lists before "and N more".
+const NAMES_SHOWN: usize = 5;
+
+/// # Safety
+/// Called once from `_PG_init`.
+pub unsafe fn install_hook() {
+    PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+    pg_sys::ProcessUtility_hook = Some(process_utility);
+}
+
+#[pgrx::pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // Read before running: with read_only_tree false the statement may be
+    // scribbled on.
+    let stmt = (*pstmt).utilityStmt;
+    let publication = match (*stmt).type_ {
+        pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
+        pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
+        _ => std::ptr::null_mut(),
+    };
+    let publication = (!publication.is_null()).then(|| std::ffi::CStr::from_ptr(publication).to_owned());
+    match PREV_PROCESS_UTILITY {
+        Some(prev) => prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
+        None => pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
+    }
+    if let Some(name) = publication {
+        check_publication(&name);
+    }
+}
+
+/// ERROR if the publication names a pasv table; WARNING if it covers some
+/// through ALL TABLES or a schema.
+unsafe fn check_publication(name: &std::ffi::CStr) {
+    let publication = pg_sys::GetPublicationByName(name.as_ptr(), true);
+    if publication.is_null() {
+        return;
+    }
+    let oid = (*publication).oid;
+    let leaf = pg_sys::PublicationPartOpt::PUBLICATION_PART_LEAF;
+    let pub_name = name.to_string_lossy();
+    if (*publication).alltables {
+        let covered = pasv_tables(pg_sys::GetAllTablesPublicationRelations(false));
+        warn_uncovered(&pub_name, "FOR ALL TABLES", &covered);
+        return;
+    }
+    let named = pasv_tables(pg_sys::GetPublicationRelations(oid, leaf));
+    if let Some(first) = named.first() {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "pasv table {first} cannot be published (publication \"{pub_name}\"{})",
+                more_suffix(named.len())
+            ),
+            "Logical replication does not see pasv tables yet: their changes reach the WAL as pasv messages, not as \
+             row changes. Publish heap tables only, and move pasv rows with pg_dump or COPY.",
+        );
+    }
+    let in_schemas = pasv_tables(pg_sys::GetAllSchemaPublicationRelations(oid, leaf));
+    warn_uncovered(&pub_name, "FOR TABLES IN SCHEMA", &in_schemas);
+}
+
+unsafe fn warn_uncovered(pub_name: &str, how: &str, tables: &[String]) {
+    if tables.is_empty() {
+        return;
+    }
+    let shown = tables.iter().take(NAMES_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let rest = tables.len().saturating_sub(NAMES_SHOWN);
+    let more = if rest > 0 { format!(" and {rest} more") } else { String::new() };
+    crate::error::warn(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        format!("publication \"{pub_name}\" ({how}) publishes nothing of pasv tables {shown}{more}"),
+        "Logical replication does not see pasv tables yet: their changes reach the WAL as pasv messages, not as \
+         row changes. Move pasv rows with pg_dump or COPY.",
+    );
+}
+
+fn more_suffix(count: usize) -> String {
+    if count > 1 {
+        format!(", and {} more pasv tables", count - 1)
+    } else {
+        String::new()
+    }
+}
+
+/// The quoted names of the pasv tables among `relids` (an OID list).
+unsafe fn pasv_tables(relids: *mut pg_sys::List) -> Vec<String> {
+    let mut names = Vec::new();
+    if relids.is_null() {
+        return names;
+    }
+    for i in 0..(*relids).length {
+        let relid = pg_sys::Oid::from((*(*relids).elements.add(i as usize)).oid_value);
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            continue;
+        }
+        if tam::is_pasv(rel) {
+            names.push(tam::rel_name(rel));
+        }
+        pg_sys::RelationClose(rel);
+    }
+    names
+}
