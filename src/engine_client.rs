@@ -172,6 +172,13 @@ pub fn drop_database(db: u32) -> Result<(), CallError> {
     call(&Request::DropDatabase { db }, expect_ok("DropDatabase"))
 }
 
+/// Copy every row version of `from` into the new, empty table `to_rel` of
+/// the same database (same rowids), durably (`ALTER TABLE ... SET
+/// TABLESPACE`). This backend's buffered and posted writes go first.
+pub fn copy_cf(from: CfRef, to_rel: u32) -> Result<(), CallError> {
+    call(&Request::CopyCf { from, to_rel }, expect_ok("CopyCf"))
+}
+
 /// Empty a table in place (its new incarnation keeps the kind); `logged`
 /// as for [`create_cf`].
 pub fn truncate_cf(cf: CfRef, logged: bool) -> Result<(), CallError> {

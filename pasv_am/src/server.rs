@@ -124,6 +124,10 @@ fn execute(
             engine.flush_cf(cf)?;
             Response::Ok
         }
+        Request::CopyCf { from, to_rel } => {
+            engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel })?;
+            Response::Ok
+        }
         Request::SyncWal => {
             engine.sync_wal()?;
             Response::Ok

@@ -11,7 +11,7 @@
 
 use super::{cf_of, is_pasv, rel_name};
 use crate::xact::{self, Action};
-use crate::{engine_client, error};
+use crate::engine_client;
 use pasv_am::protocol::CfRef;
 use pgrx::pg_sys;
 
@@ -55,15 +55,39 @@ pub unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::
     }
 }
 
+/// `ALTER TABLE ... SET TABLESPACE`: the table gets a new relfilenumber in
+/// the new tablespace. The rows themselves stay in pasv's RocksDB under
+/// `$PGDATA/pasv` (pasv has one store per cluster); the engine copies every
+/// row version into the new CF with the same rowids, so the table's indexes
+/// stay valid, and makes the copy durable before the statement goes on. The
+/// old CF goes at commit, the new one at abort. The main fork moves like
+/// heap's: created in the new tablespace, as long as the old one (the rowid
+/// space, see `forklen`), the old file dropped at commit.
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn relation_copy_data(
-    _rel: pg_sys::Relation,
-    _newrlocator: *const pg_sys::RelFileLocator,
-) {
-    error::not_supported(
-        "ALTER TABLE ... SET TABLESPACE",
-        "pasv keeps all rows under $PGDATA/pasv; tablespaces do not apply to pasv tables.",
-    );
+pub unsafe extern "C-unwind" fn relation_copy_data(rel: pg_sys::Relation, newrlocator: *const pg_sys::RelFileLocator) {
+    let persistence = (*(*rel).rd_rel).relpersistence;
+    let dst = pg_sys::RelationCreateStorage(*newrlocator, persistence, true);
+    let new_cf = CfRef { db: (*newrlocator).dbOid.to_u32(), rel: (*newrlocator).relNumber.to_u32() };
+    let old_cf = cf_of(rel);
+    xact::schedule(Action::DropCf(new_cf), xact::When::Abort);
+    xact::schedule(Action::DropCf(old_cf), xact::When::Commit);
+    let doing = format!("moving {} to another tablespace", rel_name(rel));
+    if let Err(e) = engine_client::create_cf(new_cf, super::logs_changes(rel)) {
+        e.raise(&doing);
+    }
+    if let Err(e) = engine_client::copy_cf(old_cf, new_cf.rel) {
+        e.raise(&doing);
+    }
+    let blocks = pg_sys::smgrnblocks(pg_sys::RelationGetSmgr(rel), pg_sys::ForkNumber::MAIN_FORKNUM);
+    if blocks > 0 {
+        // Only the last page is written; the rest is a hole (see `forklen`).
+        let page = pg_sys::palloc0(pg_sys::BLCKSZ as usize);
+        pg_sys::smgrextend(dst, pg_sys::ForkNumber::MAIN_FORKNUM, blocks - 1, page, true);
+        pg_sys::pfree(page);
+    }
+    pg_sys::RelationDropStorage(rel);
+    pg_sys::smgrclose(dst);
+    xact::mark_written();
 }
 
 /// CLUSTER and VACUUM FULL: the new relation gets every version a snapshot

@@ -39,11 +39,11 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=17 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=18 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, the target rel of `CopyCf`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
 //!
 //! then, for `CreateCf` and `TruncateCf`, created_lsn u64; the bodies of
 //! `PutBatch`, `Scan`, `LockRow` and `Committed` are described in their
@@ -123,6 +123,7 @@ mod op {
     pub const PERSISTENCE: u8 = 15;
     pub const FLUSH_CF: u8 = 16;
     pub const SYNC_WAL: u8 = 17;
+    pub const COPY_CF: u8 = 18;
 }
 
 /// The op byte of a `PutBatch` request (the channel's test hook delays these).
@@ -148,6 +149,7 @@ pub fn op_name(op: u8) -> Option<&'static str> {
         op::PERSISTENCE => "persistence",
         op::FLUSH_CF => "flush_cf",
         op::SYNC_WAL => "sync_wal",
+        op::COPY_CF => "copy_cf",
         _ => return None,
     })
 }
@@ -284,6 +286,13 @@ pub enum Request<'a> {
     FlushCf(CfRef),
     /// `engine_wal` mode: sync RocksDB's WAL (after PostgreSQL's).
     SyncWal,
+    /// Copy every row version of table `from` into the (new, empty) table
+    /// `to_rel` of the same database, with the same rowids, and make the
+    /// copy durable (`ALTER TABLE ... SET TABLESPACE`).
+    CopyCf {
+        from: CfRef,
+        to_rel: u32,
+    },
 }
 
 /// The engine's answer.
@@ -349,6 +358,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::Persistence { db, after } => (op::PERSISTENCE, CfRef { db, rel: after.rel }, after.db),
         Request::FlushCf(cf) => (op::FLUSH_CF, cf, 0),
         Request::SyncWal => (op::SYNC_WAL, zero, 0),
+        Request::CopyCf { from, to_rel } => (op::COPY_CF, from, to_rel),
     };
     if matches!(
         request,
@@ -404,7 +414,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::DROP_DATABASE => (true, false, false),
         op::COMMITTED => (true, false, true),
         op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
-        op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE => (true, true, true),
+        op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE | op::COPY_CF => (true, true, true),
         op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
     };
@@ -437,6 +447,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::PERSISTENCE => Request::Persistence { db, after: CfRef { db: arg, rel } },
         op::FLUSH_CF => Request::FlushCf(cf),
         op::SYNC_WAL => Request::SyncWal,
+        op::COPY_CF => Request::CopyCf { from: cf, to_rel: arg },
         op::SCAN => scan::decode(buf, body, cf, arg)?,
         op::CF_INFO => Request::CfInfo(cf),
         op::LIST_CFS => Request::ListCfs,
@@ -674,6 +685,7 @@ mod tests {
             Request::Persistence { db: 5, after: CfRef { db: 5, rel: 16_384 } },
             Request::FlushCf(cf()),
             Request::SyncWal,
+            Request::CopyCf { from: cf(), to_rel: 99 },
             Request::AllocRowids {
                 cf: cf(),
                 count: 1000,
