@@ -2,6 +2,10 @@
 -- publish nothing of them, silently. Naming one is an ERROR (and the
 -- publication is not created or changed); ALL TABLES and TABLES IN SCHEMA
 -- get a WARNING naming them.
+-- The check runs after every utility statement; the statement's own errors
+-- must keep their error position and CONTEXT (a guarded call lost both).
+CREATE TABLE pub_bad (a no_such_type);
+DO $$ BEGIN EXECUTE 'CREATE TABLE pub_bad (a no_such_type)'; END $$;
 CREATE DATABASE pasv_pub;
 \c pasv_pub
 CREATE EXTENSION pasv;

@@ -201,10 +201,13 @@ pub struct CfInfo {
 /// A table's size as the planner sees it.
 #[derive(Clone, Copy)]
 pub struct SizeEstimate {
-    /// Rows: the next rowid (an upper bound; reserved rowids leave gaps).
+    /// The next rowid: an upper bound of the rows, far above them after a
+    /// restart (rowids resume above the durable floor) or when backends
+    /// reserved rowids they did not use.
     pub rows: u64,
-    /// Entries a full scan steps over: at least `rows`, and far more for a
-    /// table whose hot rows piled up versions and delete markers.
+    /// Entries a full scan steps over (RocksDB's estimate): every version
+    /// and delete marker, so far more than the rows for a table whose hot
+    /// rows piled them up.
     pub entries: u64,
 }
 
@@ -231,7 +234,7 @@ pub fn estimated_size(cf: CfRef) -> Result<SizeEstimate, CallError> {
         return Ok(n);
     }
     let info = cf_info(cf)?;
-    let n = SizeEstimate { rows: info.next_rowid, entries: info.entries.max(info.next_rowid) };
+    let n = SizeEstimate { rows: info.next_rowid, entries: info.entries };
     ESTIMATES.with(|e| {
         let mut e = e.borrow_mut();
         if e.len() > 10_000 {

@@ -30,7 +30,28 @@ pub unsafe fn install_hook() {
     pg_sys::ProcessUtility_hook = Some(process_utility);
 }
 
-#[pgrx::pg_guard]
+// PostgreSQL's own statement runs through a raw call, not pgrx's guarded
+// binding: the guard would turn any ERROR of the statement into a Rust panic
+// and raise it again, without its CONTEXT and error position (the core
+// suite's expected outputs showed the loss). Nothing with a destructor is
+// alive in `process_utility` across the call, so PostgreSQL's longjmp may
+// pass through it.
+extern "C-unwind" {
+    #[link_name = "standard_ProcessUtility"]
+    fn standard_process_utility_raw(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query_string: *const std::ffi::c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        query_env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
+}
+
+/// Not `#[pg_guard]`: see above. Nothing here can panic; the checks run
+/// in [`check_publication`], which is guarded.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
@@ -42,34 +63,39 @@ unsafe extern "C-unwind" fn process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
-    // Read before running: with read_only_tree false the statement may be
-    // scribbled on.
+    // The name is read before the statement runs (with read_only_tree
+    // false it may scribble on its tree); it lives in the statement's
+    // memory, which outlasts this call.
     let stmt = (*pstmt).utilityStmt;
-    let publication = match (*stmt).type_ {
-        pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
-        pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
-        _ => std::ptr::null_mut(),
+    let publication: *const std::ffi::c_char = if stmt.is_null() {
+        std::ptr::null()
+    } else {
+        match (*stmt).type_ {
+            pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
+            pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
+            _ => std::ptr::null_mut(),
+        }
     };
-    let publication = (!publication.is_null()).then(|| std::ffi::CStr::from_ptr(publication).to_owned());
     match PREV_PROCESS_UTILITY {
         Some(prev) => prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
-        None => pg_sys::standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
+        None => standard_process_utility_raw(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
     }
-    if let Some(name) = publication {
-        check_publication(&name);
+    if !publication.is_null() {
+        check_publication(publication);
     }
 }
 
 /// ERROR if the publication names a pasv table; WARNING if it covers some
 /// through ALL TABLES or a schema.
-unsafe fn check_publication(name: &std::ffi::CStr) {
-    let publication = pg_sys::GetPublicationByName(name.as_ptr(), true);
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn check_publication(name: *const std::ffi::c_char) {
+    let publication = pg_sys::GetPublicationByName(name, true);
     if publication.is_null() {
         return;
     }
     let oid = (*publication).oid;
     let leaf = pg_sys::PublicationPartOpt::PUBLICATION_PART_LEAF;
-    let pub_name = name.to_string_lossy();
+    let pub_name = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
     if (*publication).alltables {
         let covered = pasv_tables(pg_sys::GetAllTablesPublicationRelations(false));
         warn_uncovered(&pub_name, "FOR ALL TABLES", &covered);

@@ -92,13 +92,31 @@ crashes=$(grep -c 'terminated by signal' "$work/pasv.log" || true)
 echo "heap: $heap_ok of $total"
 echo "pasv: $pasv_ok of $total"
 echo "pasv server crashes: $crashes"
+# A failing test whose output holds exactly the lines of an expected file,
+# in another order: the same rows, returned in another order by a query
+# without ORDER BY (pasv keeps an updated row at its rowid; heap puts the
+# new version at the end of the page).
+row_order_only() {
+  local t=$1 result=$work/pasv/results/$1.out e
+  [ -f "$result" ] || return 1
+  for e in "$regress/expected/$t.out" "$regress/expected/${t}"_[0-9].out; do
+    if [ -f "$e" ] && cmp -s <(LC_ALL=C sort "$e") <(LC_ALL=C sort "$result"); then return 0; fi
+  done
+  return 1
+}
 only=$(comm -13 <(outcome 'not ok' "$work/heap.out") <(outcome 'not ok' "$work/pasv.out"))
 if [ -n "$only" ]; then
+  order_only=0
   echo "failing on pasv only ($(wc -l <<<"$only")); diffs in $work/pasv/regression.diffs:"
   while read -r t; do
     reason=$(awk -v t="$t" '$1 == t { $1 = ""; sub(/^ /, ""); print; exit }' "$known" 2>/dev/null || true)
+    if [ -z "$reason" ] && row_order_only "$t"; then
+      reason="(row order only: the same output lines in another order)"
+      order_only=$((order_only + 1))
+    fi
     printf '  %-28s %s\n' "$t" "${reason:-(no accepted reason: a bug or a missing feature)}"
   done <<<"$only"
+  echo "of these, $order_only differ only in row order"
 fi
 status=0
 if [ "$heap_ok" -ne "$total" ] || [ "$total" -eq 0 ]; then

@@ -58,13 +58,22 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
         }
     }
     let (blocks, _) = rowid_blocks(rel);
+    let blocks = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
+    // The share of all-visible rows, in the same (rowid block) unit as the
+    // pages: the planner costs index-only scans by it, as for heap. pasv has
+    // no visibility map, so such a scan still fetches every row.
+    let all_visible_blocks = if report.live_rows == 0 {
+        0
+    } else {
+        (f64::from(blocks) * report.all_visible_rows as f64 / report.live_rows as f64).round() as pg_sys::BlockNumber
+    };
     let mut frozen_updated = false;
     let mut minmulti_updated = false;
     pg_sys::vac_update_relstats(
         rel,
-        blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber,
+        blocks,
         report.live_rows as f64,
-        0,
+        all_visible_blocks,
         (*(*rel).rd_rel).relhasindex,
         report.new_relfrozenxid,
         pg_sys::MultiXactId::from(0u32), // InvalidMultiXactId: leave relminmxid alone
@@ -365,22 +374,56 @@ unsafe fn estimated_size(rel: pg_sys::Relation) -> engine_client::SizeEstimate {
     }
 }
 
+/// Heap's per-tuple overhead (aligned tuple header and line pointer) and
+/// usable bytes per page (`heapam_handler.c`): pasv reports sizes in heap's
+/// units so that the planner weighs a pasv table as it would the same heap
+/// table.
+const HEAP_OVERHEAD_BYTES_PER_TUPLE: i32 = 24 + 4;
+const HEAP_USABLE_BYTES_PER_PAGE: i32 = pg_sys::BLCKSZ as i32 - 24;
+
+/// The planner's view of a pasv table, in heap's terms (heap is the
+/// reference: the same data should get the same plans):
+/// * pages: the pages a heap table would fill with the entries a sequential
+///   scan steps over (every version and delete marker, like heap's dead
+///   tuples), at the width the planner expects a row to have; so a table of
+///   a few hot rows with many versions costs what its entries cost;
+/// * tuples: from the density ANALYZE or VACUUM recorded (per rowid block,
+///   the unit of `relpages` for pasv) times the rowid blocks now, never more
+///   than the entries; or, never analyzed, heap's guess of full pages;
+/// * heap's "never vacuumed: at least 10 pages" rule;
+/// * the all-visible share VACUUM recorded.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn relation_estimate_size(
     rel: pg_sys::Relation,
-    _attr_widths: *mut i32,
+    attr_widths: *mut i32,
     pages: *mut pg_sys::BlockNumber,
     tuples: *mut f64,
     allvisfrac: *mut f64,
 ) {
     let size = estimated_size(rel);
+    let rowid_blocks = size.rows.div_ceil(ROWS_PER_BLOCK);
     // Blocks that rowids span: TIDs up to there must look valid.
-    super::forklen::cover_blocks(rel, size.rows.div_ceil(ROWS_PER_BLOCK));
-    // Pages as a sequential scan pays for them: a row's versions and the
-    // delete markers pruning left (until a flush) are stepped over like a
-    // heap page's dead tuples, so a table of a few hot rows costs what its
-    // entries cost and the planner reaches those rows by index instead.
-    *pages = size.entries.div_ceil(ROWS_PER_BLOCK).min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
-    *tuples = size.rows as f64;
-    *allvisfrac = 0.0;
+    super::forklen::cover_blocks(rel, rowid_blocks);
+    let class = &*(*rel).rd_rel;
+    let relpages = class.relpages.max(0) as f64;
+    let reltuples = f64::from(class.reltuples);
+    let tuple_width = pg_sys::get_rel_data_width(rel, attr_widths) + HEAP_OVERHEAD_BYTES_PER_TUPLE;
+    let density = f64::from((HEAP_USABLE_BYTES_PER_PAGE / tuple_width.max(1)).max(1));
+    let entries = size.entries as f64;
+    let recorded = (relpages > 0.0 && reltuples >= 0.0)
+        .then(|| (reltuples / relpages * rowid_blocks as f64).min(entries).round());
+    let mut heap_pages = (entries.max(recorded.unwrap_or(0.0)) / density).ceil();
+    if heap_pages < 10.0 && class.relpages == 0 && !class.relhassubclass {
+        heap_pages = 10.0;
+    }
+    *pages = heap_pages.min(f64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
+    *tuples = match recorded {
+        Some(rows) => rows,
+        None => (density * heap_pages).round(),
+    };
+    *allvisfrac = if class.relallvisible > 0 && relpages > 0.0 {
+        (f64::from(class.relallvisible) / relpages).min(1.0)
+    } else {
+        0.0
+    };
 }

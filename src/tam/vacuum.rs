@@ -18,6 +18,9 @@ pub struct VacuumReport {
     /// Rows removed entirely: their index entries must go too.
     pub dead_rowids: HashSet<u64>,
     pub new_relfrozenxid: pg_sys::TransactionId,
+    /// Live rows left with a single version every snapshot sees (heap's
+    /// all-visible tuples; the planner's `relallvisible` is scaled by them).
+    pub all_visible_rows: u64,
 }
 
 struct Version {
@@ -54,6 +57,7 @@ impl Pass {
                 frozen_versions: 0,
                 dead_rowids: HashSet::new(),
                 new_relfrozenxid: oldest_xmin,
+                all_visible_rows: 0,
             },
         }
     }
@@ -121,6 +125,9 @@ impl Pass {
             self.report.dead_rowids.insert(rowid);
         } else if head.is_some_and(|h| !versions[h].header.is_tombstone()) {
             self.report.live_rows += 1;
+            if all_visible == Some(0) {
+                self.report.all_visible_rows += 1;
+            }
         }
     }
 }
