@@ -41,6 +41,10 @@ pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut
     (*f).base.rel = rel;
     std::ptr::write(&mut (*f).stream, RowStream::new(cf_of(rel)));
     (*f).stream.ssi_rel = rel;
+    // Rows found dead to every snapshot are reported, so the index kills
+    // its entries (heap's kill_prior_tuple): later scans skip them without
+    // asking the engine.
+    (*f).stream.dead_test = pg_sys::GlobalVisTestFor(rel);
     (*f).window = 1;
     f as *mut pg_sys::IndexFetchTableData
 }
@@ -140,7 +144,13 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
             }
         };
         f.last_asked = rowid;
-        return row.is_some_and(|row| hand_out(f, &row, snapshot, slot));
+        return match row {
+            Some(row) => hand_out(f, &row, snapshot, slot),
+            None => {
+                report_dead(f, rowid, all_dead);
+                false
+            }
+        };
     }
     f.ahead_snapshot = std::ptr::null_mut();
     f.stream.set_range(rowid, rowid + 1);
@@ -151,8 +161,22 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     if let Err(e) = crate::ipc::client::fence_others() {
         crate::error::CallError::from(e).raise("fetching a row by TID");
     }
-    let row = f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID");
-    row.is_some_and(|row| hand_out(f, &row, snapshot, slot))
+    match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
+        Some(row) => hand_out(f, &row, snapshot, slot),
+        None => {
+            report_dead(f, rowid, all_dead);
+            false
+        }
+    }
+}
+
+/// A fetch found no visible version: tell the index (`all_dead`) when the
+/// row is dead to every snapshot, so it can mark the entry dead. Not for
+/// SnapshotAny or other non-MVCC readers that see through deletes.
+unsafe fn report_dead(f: &PasvIndexFetch, rowid: u64, all_dead: *mut bool) {
+    if !all_dead.is_null() {
+        *all_dead = f.stream.known_dead(rowid);
+    }
 }
 
 /// Store a copy of `row` in `slot` (and take its SSI predicate lock).
@@ -252,13 +276,42 @@ pub unsafe extern "C-unwind" fn tuple_satisfies_snapshot(
     stream.next_row(Reader::Snapshot(snapshot), "checking a row against a snapshot").is_some()
 }
 
-/// pasv never reports index entries dead (`all_dead` is always false), so
-/// no index asks to delete entries; declare none deletable.
+/// Index entries an index asks to delete (the ones it marked dead after a
+/// fetch reported `all_dead`, and for bottom-up deletion, candidates of
+/// version churn): each row is read again, under a dirty snapshot, and its
+/// entry is deletable if the row is dead to every snapshot. Bottom-up
+/// passes check at most [`BOTTOM_UP_CHECKS`] entries (each is a round trip).
+/// No horizon is returned: pasv tables are not read on standbys.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_delete_tuples(
-    _rel: pg_sys::Relation,
+    rel: pg_sys::Relation,
     delstate: *mut pg_sys::TM_IndexDeleteOp,
 ) -> pg_sys::TransactionId {
-    (*delstate).ndeltids = 0;
+    let d = &mut *delstate;
+    let limit = if d.bottomup { BOTTOM_UP_CHECKS.min(d.ndeltids as usize) } else { d.ndeltids.max(0) as usize };
+    let stream = fetch_stream(rel);
+    stream.ssi_rel = std::ptr::null_mut();
+    stream.dead_test = pg_sys::GlobalVisTestFor(rel);
+    let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
+    dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+    for i in 0..d.ndeltids.max(0) as usize {
+        let deltid = &*d.deltids.add(i);
+        let status = &mut *d.status.add(deltid.id as usize);
+        let Some(rowid) = rowid_from_tid(&deltid.tid) else {
+            status.knowndeletable = false;
+            continue;
+        };
+        if i >= limit {
+            status.knowndeletable = false;
+            continue;
+        }
+        stream.set_range(rowid, rowid + 1);
+        let visible = stream.next_row(Reader::Snapshot(&mut dirty), "checking index entries for deletion").is_some();
+        status.knowndeletable = !visible && stream.known_dead(rowid);
+    }
+    stream.dead_test = std::ptr::null_mut();
     pg_sys::InvalidTransactionId
 }
+
+/// Entries a bottom-up deletion pass checks at most.
+const BOTTOM_UP_CHECKS: usize = 32;

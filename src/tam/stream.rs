@@ -58,6 +58,17 @@ pub struct RowStream {
     pub recently_dead: bool,
     /// Newest versions asked per row (see `fetch`).
     per_row: u32,
+    /// Index fetches: the horizon test that finds rows dead to every
+    /// snapshot (heap's `all_dead`, which lets the index kill its entry);
+    /// null when nobody asks.
+    pub dead_test: *mut pg_sys::GlobalVisState,
+    /// Rows of the current range found dead to every snapshot, as bits
+    /// over the first 64 rowids from `dead_base`.
+    dead_base: u64,
+    dead_bits: u64,
+    /// Every version of the current row seen so far has a creator that
+    /// aborted (or crashed).
+    newer_aborted: bool,
 }
 
 /// The row an MVCC scan or fetch handed out last, while the bytes it points
@@ -142,6 +153,10 @@ impl RowStream {
             ssi_rel: std::ptr::null_mut(),
             recently_dead: false,
             per_row: 1,
+            dead_test: std::ptr::null_mut(),
+            dead_base: 0,
+            dead_bits: 0,
+            newer_aborted: false,
         }
     }
 
@@ -177,6 +192,34 @@ impl RowStream {
         self.group = None;
         self.decided = None;
         self.rewound = false;
+        self.dead_base = lo;
+        self.dead_bits = 0;
+    }
+
+    /// Whether `rowid`, in the range the stream was last set to (its first
+    /// 64 rowids), was found dead to every snapshot by the rows read since:
+    /// every version's creator aborted, or the version that decides it is a
+    /// delete (or move) committed before every running transaction's
+    /// snapshot. A row with no versions at all is never reported: its
+    /// writer's posted request may not have been applied yet.
+    pub fn known_dead(&self, rowid: u64) -> bool {
+        rowid >= self.dead_base && rowid - self.dead_base < 64 && self.dead_bits & (1 << (rowid - self.dead_base)) != 0
+    }
+
+    fn mark_dead(&mut self, rowid: u64) {
+        if rowid >= self.dead_base && rowid - self.dead_base < 64 {
+            self.dead_bits |= 1 << (rowid - self.dead_base);
+        }
+    }
+
+    /// The current row ended undecided (no version visible): dead to all if
+    /// every version was seen and every creator aborted.
+    fn close_undecided(&mut self) {
+        if let Some(rowid) = self.group {
+            if !self.dead_test.is_null() && self.newer_aborted && self.group_last_version == 0 {
+                self.mark_dead(rowid);
+            }
+        }
     }
 
     /// Fetch the next batch from `next_start`.
@@ -238,10 +281,12 @@ impl RowStream {
         loop {
             if self.pos >= self.count {
                 if !self.more && !self.read_on_undecided() {
+                    self.close_undecided();
                     return None;
                 }
                 self.fetch(doing);
                 if self.count == 0 && !self.read_on_undecided() {
+                    self.close_undecided();
                     return None;
                 }
                 if self.count == 0 {
@@ -257,8 +302,10 @@ impl RowStream {
                 if self.read_on_undecided() {
                     continue;
                 }
+                self.close_undecided();
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
+                self.newer_aborted = true;
                 self.pending_delete = pg_sys::InvalidTransactionId;
                 self.recently_dead = false;
                 visibility::begin_row(reader);
@@ -276,6 +323,9 @@ impl RowStream {
                 ),
             };
             if !visibility::creator_visible(&header, reader) {
+                if !self.dead_test.is_null() && self.newer_aborted && !visibility::creator_aborted(&header) {
+                    self.newer_aborted = false;
+                }
                 if let Reader::Snapshot(snap) = reader {
                     if super::ssi::conflict_out_needed(self.ssi_rel, snap) {
                         super::ssi::conflict_out(self.ssi_rel, header.xid, snap);
@@ -287,6 +337,7 @@ impl RowStream {
                 // Dirty snapshots: a delete in progress leaves the previous
                 // version visible, with the deleter reported in xmax.
                 self.pending_delete = deleter;
+                self.newer_aborted = false;
                 continue;
             }
             if header.is_tombstone() && skip_tombstones {
@@ -310,6 +361,9 @@ impl RowStream {
             }
             self.skip_rest_of(e.rowid);
             if header.is_tombstone() {
+                if !self.dead_test.is_null() && self.newer_aborted && visibility::removable(&header, self.dead_test) {
+                    self.mark_dead(e.rowid);
+                }
                 continue;
             }
             let row = Row {

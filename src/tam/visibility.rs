@@ -177,6 +177,35 @@ pub unsafe fn dead_to_all(h: &RowHeader, horizon: pg_sys::TransactionId) -> bool
         && pg_sys::TransactionIdDidCommit(xid)
 }
 
+/// Whether a version's creator aborted or crashed: neither this
+/// transaction, nor running, nor committed.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn creator_aborted(h: &RowHeader) -> bool {
+    if h.is_frozen() {
+        return false;
+    }
+    let xid = xid_of(h);
+    !pg_sys::TransactionIdIsCurrentTransactionId(xid)
+        && !pg_sys::TransactionIdIsInProgress(xid)
+        && !pg_sys::TransactionIdDidCommit(xid)
+}
+
+/// Whether a committed version (one a snapshot found visible) is older
+/// than every snapshot that may still run: `test` is the relation's
+/// horizon (`GlobalVisTestFor`).
+///
+/// # Safety
+/// Backend inside a transaction; `test` from `GlobalVisTestFor`.
+pub unsafe fn removable(h: &RowHeader, test: *mut pg_sys::GlobalVisState) -> bool {
+    if h.is_frozen() {
+        return true;
+    }
+    let xid = xid_of(h);
+    !pg_sys::TransactionIdIsCurrentTransactionId(xid) && pg_sys::GlobalVisTestIsRemovableXid(test, xid)
+}
+
 /// Whether `reader` looks through tombstones to the newest tuple-bearing
 /// version (SnapshotAny).
 ///

@@ -9,8 +9,9 @@ abort together. Heap is crash-safe through PostgreSQL's WAL, so after any
 crash and recovery X_p must hold exactly the rows X_h holds; any difference
 is a pasv bug.
 
-The pairs: t1..t4, (k int PRIMARY KEY, u int UNIQUE, v int, t text) with an
-index on v (t4's u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE), 150 rows each
+The pairs: t1..t5, (k int PRIMARY KEY, u int UNIQUE, v int, t text) with an
+index on v (t4's u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE; t5's twins are
+UNLOGGED, so a crash empties both and a clean stop keeps both), 150 rows each
 at the start; k and u in 0..299 so that transactions conflict; t sometimes
 3-22 kB (TOAST). Each client also creates and drops its own pair x<client>.
 The transactions mix single and multi-row INSERT, UPDATE of indexed and
@@ -98,8 +99,9 @@ from dataclasses import dataclass, field
 import psycopg
 
 DB = "diffcrash"
-BASE_PAIRS = ("t1", "t2", "t3", "t4")
+BASE_PAIRS = ("t1", "t2", "t3", "t4", "t5")
 DEFERRABLE_PAIR = "t4"  # its u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE
+UNLOGGED_PAIR = "t5"  # both twins UNLOGGED: a crash empties both, a clean stop keeps both
 CLIENTS = 4
 KEYS = 300  # k, u in 0..299: small, so transactions conflict
 SHORT_SEEDS = (1, 2, 3)
@@ -154,9 +156,10 @@ def pair_tables(pair: str) -> tuple[str, str]:
     return f"{pair}_p", f"{pair}_h"
 
 
-def table_ddl(table: str, am: str, deferrable: bool) -> list[str]:
+def table_ddl(table: str, am: str, deferrable: bool, unlogged: bool = False) -> list[str]:
     uniq = "UNIQUE DEFERRABLE INITIALLY IMMEDIATE" if deferrable else "UNIQUE"
-    return [f"CREATE TABLE {table} (k int PRIMARY KEY, u int {uniq}, v int, t text) USING {am}",
+    kind = "UNLOGGED TABLE" if unlogged else "TABLE"
+    return [f"CREATE {kind} {table} (k int PRIMARY KEY, u int {uniq}, v int, t text) USING {am}",
             f"CREATE INDEX {table}_v ON {table} (v)"]
 
 
@@ -927,7 +930,7 @@ class SeedRun:
                       "$$ SELECT string_agg(md5(s || ':' || i), '' ORDER BY i) FROM generate_series(1, n) i $$")
             for pair in BASE_PAIRS:
                 for table, am in zip(pair_tables(pair), ("pasv", "heap")):
-                    for ddl in table_ddl(table, am, pair == DEFERRABLE_PAIR):
+                    for ddl in table_ddl(table, am, pair == DEFERRABLE_PAIR, pair == UNLOGGED_PAIR):
                         c.execute(ddl)
                     c.execute(f"INSERT INTO {table} SELECT g, g, g % 17, 'init ' || g FROM generate_series(0, {KEYS - 1}, 2) g")
             self.has_crash_point = c.execute(
