@@ -227,6 +227,16 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     });
 
     let durability = engine.durability();
+    // PostgreSQL empties its unlogged relations (their indexes and TOAST
+    // tables too) when it recovers from a crash; unlogged pasv tables must
+    // match even if RocksDB was closed cleanly (the engine did not crash).
+    // An unclean close already emptied them in `Engine::open`.
+    if crate::shmem::postgres_crash_recovery() && engine.opened_clean() {
+        match engine.truncate_unlogged() {
+            Ok(n) => pgrx::log!("pasv engine: PostgreSQL recovered from a crash: {n} unlogged tables emptied"),
+            Err(e) => pgrx::warning!("pasv engine: emptying unlogged tables after PostgreSQL's crash recovery: {e}"),
+        }
+    }
     if !engine.opened_clean() && durability == Durability::Unlogged {
         match engine.truncate_all() {
             Ok(n) => pgrx::log!("pasv engine: durability is unlogged and the last stop was not clean: {n} tables emptied"),

@@ -1,5 +1,6 @@
 //! Reserving and mapping the channel's shared memory (postmaster start and
-//! every crash restart, which builds a new segment).
+//! every crash restart, which builds a new segment), and noting at that
+//! moment whether PostgreSQL is about to run crash recovery.
 
 use crate::ipc::{client, Channel, Layout};
 use pgrx::pg_sys;
@@ -14,6 +15,42 @@ extern "C" {
 const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
 static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
+
+/// Set by the postmaster when it builds shared memory, inherited by every
+/// process it forks: this start of PostgreSQL runs crash recovery, which
+/// empties unlogged relations (`ResetUnloggedRelations`: heap's tables,
+/// every index, TOAST tables). The engine empties unlogged pasv tables then
+/// too, even when RocksDB itself was closed cleanly (the engine closes
+/// cleanly when the postmaster dies under it, e.g. `kill -9` of the
+/// postmaster, yet PostgreSQL recovers from a crash on the next start).
+static POSTGRES_CRASH_RECOVERY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this start of PostgreSQL ran crash recovery (see above).
+pub fn postgres_crash_recovery() -> bool {
+    POSTGRES_CRASH_RECOVERY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `DBState` in `pg_control` after a clean shutdown (`DB_SHUTDOWNED`).
+const DB_SHUTDOWNED: i32 = 1;
+
+/// Reads `state` from `global/pg_control` (the postmaster's working
+/// directory is the data directory): anything but a clean shutdown means
+/// the startup process will recover (at a crash restart the file still
+/// says "in production"). Unreadable: assume a crash, the safe side
+/// (unlogged tables come back empty).
+fn pg_control_says_crashed() -> bool {
+    // ControlFileData: system_identifier u64, pg_control_version u32,
+    // catalog_version_no u32, then state (an enum, i32).
+    let mut head = [0u8; 20];
+    let read = std::fs::File::open("global/pg_control").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut head)
+    });
+    match read {
+        Ok(()) => i32::from_ne_bytes([head[16], head[17], head[18], head[19]]) != DB_SHUTDOWNED,
+        Err(_) => true,
+    }
+}
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
 /// One slot per PGPROC: `MyProc->pgprocno` indexes the slot array.
@@ -55,6 +92,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(c"pasv channel".as_ptr(), layout.total, &mut found) as *mut u8;
     let chan = if found { Channel::from_raw(base, layout) } else { Channel::init(base, layout) };
+    if !pg_sys::IsUnderPostmaster {
+        POSTGRES_CRASH_RECOVERY.store(pg_control_says_crashed(), std::sync::atomic::Ordering::Relaxed);
+    }
     pg_sys::LWLockRelease(init_lock);
     client::install(chan);
 }
