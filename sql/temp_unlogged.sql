@@ -88,3 +88,8 @@ CREATE TEMP TABLE tt2 (a int PRIMARY KEY);
 INSERT INTO tt2 SELECT generate_series(1, 10);
 SELECT count(*) FROM tt2;
 DROP TABLE ul, lg, temp_cf;
+-- PREPARE after using temporary objects: PostgreSQL's own refusal, as on heap.
+BEGIN;
+INSERT INTO tt2 VALUES (11);
+PREPARE TRANSACTION 'pasv_temp';
+SELECT count(*) FROM tt2;

@@ -152,7 +152,12 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             // Row locks too (SELECT ... FOR UPDATE): they live in the
             // engine's memory under this backend's xid, and this session's
             // next transaction would release them.
-            if WROTE.with(|w| w.get()) || LOCKS_OF.with(|l| l.get()) != 0 {
+            // A transaction that used temporary objects is refused by
+            // PostgreSQL itself, right after this callback, with its own
+            // message (as on heap): leave it that one.
+            // SAFETY: a plain read of a backend global.
+            let used_temp = unsafe { pg_sys::MyXactFlags as u32 & pg_sys::XACT_FLAGS_ACCESSEDTEMPNAMESPACE != 0 };
+            if !used_temp && (WROTE.with(|w| w.get()) || LOCKS_OF.with(|l| l.get()) != 0) {
                 error::not_supported(
                     "PREPARE TRANSACTION",
                     "Commit or roll back transactions that write or lock rows of pasv tables directly.",

@@ -21,6 +21,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     params: *mut pg_sys::VacuumParams,
     _bstrategy: pg_sys::BufferAccessStrategy,
 ) {
+    warn_if_parallel_on_temp(rel, params);
     let mut cutoffs: pg_sys::VacuumCutoffs = std::mem::zeroed();
     pg_sys::vacuum_get_cutoffs(rel, params, &mut cutoffs);
     let doing = format!("vacuuming {}", rel_name(rel));
@@ -96,6 +97,26 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
         pgrx::info!("{message}");
     } else {
         pgrx::debug1!("{message}");
+    }
+}
+
+/// `VACUUM (PARALLEL n)` of a temporary table with two or more indexes:
+/// heap says it vacuums them serially; so does pasv, which vacuums every
+/// table serially.
+unsafe fn warn_if_parallel_on_temp(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams) {
+    let temp = (*(*rel).rd_rel).relpersistence as u8 == pg_sys::RELPERSISTENCE_TEMP;
+    if params.is_null() || (*params).nworkers <= 0 || !temp {
+        return;
+    }
+    if (*params).index_cleanup == pg_sys::VacOptValue::VACOPTVALUE_DISABLED {
+        return;
+    }
+    let indexes = pg_sys::RelationGetIndexList(rel);
+    let many = !indexes.is_null() && (*indexes).length > 1;
+    pg_sys::list_free(indexes);
+    if many {
+        let name = std::ffi::CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy();
+        pgrx::warning!("disabling parallel option of vacuum on \"{name}\" --- cannot vacuum temporary tables in parallel");
     }
 }
 
@@ -215,7 +236,7 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
             continue;
         }
-        pg_sys::FormIndexDatum(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
+        form_index_datum_raw(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
         let mut tid = (*slot).tts_tid;
         let alive = !s.stream.recently_dead;
         callback(index_rel, &mut tid, values.as_mut_ptr(), isnull.as_mut_ptr(), alive, callback_state);
@@ -297,7 +318,7 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
         if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
             continue;
         }
-        pg_sys::FormIndexDatum(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
+        form_index_datum_raw(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
         pg_sys::index_insert(
             index_rel,
             values.as_mut_ptr(),
@@ -322,6 +343,21 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
 fn encode_tid(tid: &pg_sys::ItemPointerData) -> i64 {
     let (block, offset) = pgrx::itemptr::item_pointer_get_both(*tid);
     (i64::from(block) << 16) | i64::from(offset)
+}
+
+// An index expression is user code: its ERROR must reach the user as
+// PostgreSQL raised it. pgrx's guarded binding would re-raise it without its
+// CONTEXT lines, so the build and validation passes call FormIndexDatum raw;
+// nothing with a destructor is alive in them across the call.
+extern "C-unwind" {
+    #[link_name = "FormIndexDatum"]
+    fn form_index_datum_raw(
+        index_info: *mut pg_sys::IndexInfo,
+        slot: *mut pg_sys::TupleTableSlot,
+        estate: *mut pg_sys::EState,
+        values: *mut pg_sys::Datum,
+        isnull: *mut bool,
+    );
 }
 
 /// Blocks the table's rowids span (291 rowids a block), from the engine.
