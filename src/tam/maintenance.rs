@@ -221,34 +221,24 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         s.stream.set_range(lo, lo + u64::from(numblocks) * ROWS_PER_BLOCK);
     }
 
-    let slot = pg_sys::table_slot_create(table_rel, std::ptr::null_mut());
-    let estate = pg_sys::CreateExecutorState();
-    let econtext = pg_sys::MakePerTupleExprContext(estate);
-    (*econtext).ecxt_scantuple = slot;
-    let predicate = pg_sys::ExecPrepareQual((*index_info).ii_Predicate, estate);
-    let mut values = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
-    let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+    let mut keys = IndexKeys::new(table_rel, index_info);
+    let slot = keys.slot;
     let mut reltuples = 0.0;
 
     while s.next_into(slot) {
         pgrx::check_for_interrupts!();
-        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-        if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
+        if !keys.form(index_info) {
             continue;
         }
-        form_index_datum_raw(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
         let mut tid = (*slot).tts_tid;
         let alive = !s.stream.recently_dead;
-        callback(index_rel, &mut tid, values.as_mut_ptr(), isnull.as_mut_ptr(), alive, callback_state);
+        callback(index_rel, &mut tid, keys.values.as_mut_ptr(), keys.isnull.as_mut_ptr(), alive, callback_state);
         if alive {
             reltuples += 1.0;
         }
     }
 
-    pg_sys::ExecDropSingleTupleTableSlot(slot);
-    pg_sys::FreeExecutorState(estate);
-    (*index_info).ii_ExpressionsState = std::ptr::null_mut();
-    (*index_info).ii_PredicateState = std::ptr::null_mut();
+    keys.finish(index_info);
     // Like heap's, this callback ends the scan it was given (parallel builds).
     super::scan::scan_end(scan);
     if !mvcc_snapshot.is_null() {
@@ -280,13 +270,8 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
         pg_sys::ScanOptions::SO_TYPE_SEQSCAN,
     );
     let s = &mut *(scan as *mut PasvScan);
-    let slot = pg_sys::table_slot_create(table_rel, std::ptr::null_mut());
-    let estate = pg_sys::CreateExecutorState();
-    let econtext = pg_sys::MakePerTupleExprContext(estate);
-    (*econtext).ecxt_scantuple = slot;
-    let predicate = pg_sys::ExecPrepareQual((*index_info).ii_Predicate, estate);
-    let mut values = [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize];
-    let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+    let mut keys = IndexKeys::new(table_rel, index_info);
+    let slot = keys.slot;
     let unique_check = if (*index_info).ii_Unique {
         pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
     } else {
@@ -314,15 +299,13 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
         if indexed == Some(encoded) {
             continue;
         }
-        pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-        if !predicate.is_null() && !pg_sys::ExecQual(predicate, econtext) {
+        if !keys.form(index_info) {
             continue;
         }
-        form_index_datum_raw(index_info, slot, estate, values.as_mut_ptr(), isnull.as_mut_ptr());
         pg_sys::index_insert(
             index_rel,
-            values.as_mut_ptr(),
-            isnull.as_mut_ptr(),
+            keys.values.as_mut_ptr(),
+            keys.isnull.as_mut_ptr(),
             &mut tid,
             table_rel,
             unique_check,
@@ -332,10 +315,7 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
         (*state).tups_inserted += 1.0;
     }
 
-    pg_sys::ExecDropSingleTupleTableSlot(slot);
-    pg_sys::FreeExecutorState(estate);
-    (*index_info).ii_ExpressionsState = std::ptr::null_mut();
-    (*index_info).ii_PredicateState = std::ptr::null_mut();
+    keys.finish(index_info);
     super::scan::scan_end(scan);
 }
 
@@ -343,6 +323,55 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
 fn encode_tid(tid: &pg_sys::ItemPointerData) -> i64 {
     let (block, offset) = pgrx::itemptr::item_pointer_get_both(*tid);
     (i64::from(block) << 16) | i64::from(offset)
+}
+
+/// What index builds and the validation pass need to compute a row's index
+/// keys: a slot, an executor state for the index's expressions and
+/// predicate, and the key arrays. Plain data (no destructor), so a
+/// PostgreSQL ERROR may pass through its owner; its memory is the
+/// statement's. [`IndexKeys::finish`] frees it.
+struct IndexKeys {
+    slot: *mut pg_sys::TupleTableSlot,
+    estate: *mut pg_sys::EState,
+    econtext: *mut pg_sys::ExprContext,
+    predicate: *mut pg_sys::ExprState,
+    values: [pg_sys::Datum; pg_sys::INDEX_MAX_KEYS as usize],
+    isnull: [bool; pg_sys::INDEX_MAX_KEYS as usize],
+}
+
+impl IndexKeys {
+    unsafe fn new(table_rel: pg_sys::Relation, index_info: *mut pg_sys::IndexInfo) -> IndexKeys {
+        let slot = pg_sys::table_slot_create(table_rel, std::ptr::null_mut());
+        let estate = pg_sys::CreateExecutorState();
+        let econtext = pg_sys::MakePerTupleExprContext(estate);
+        (*econtext).ecxt_scantuple = slot;
+        IndexKeys {
+            slot,
+            estate,
+            econtext,
+            predicate: pg_sys::ExecPrepareQual((*index_info).ii_Predicate, estate),
+            values: [pg_sys::Datum::from(0usize); pg_sys::INDEX_MAX_KEYS as usize],
+            isnull: [false; pg_sys::INDEX_MAX_KEYS as usize],
+        }
+    }
+
+    /// The keys of the row in `slot`; false if the index's predicate
+    /// leaves the row out.
+    unsafe fn form(&mut self, index_info: *mut pg_sys::IndexInfo) -> bool {
+        pg_sys::MemoryContextReset((*self.econtext).ecxt_per_tuple_memory);
+        if !self.predicate.is_null() && !pg_sys::ExecQual(self.predicate, self.econtext) {
+            return false;
+        }
+        form_index_datum_raw(index_info, self.slot, self.estate, self.values.as_mut_ptr(), self.isnull.as_mut_ptr());
+        true
+    }
+
+    unsafe fn finish(self, index_info: *mut pg_sys::IndexInfo) {
+        pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+        pg_sys::FreeExecutorState(self.estate);
+        (*index_info).ii_ExpressionsState = std::ptr::null_mut();
+        (*index_info).ii_PredicateState = std::ptr::null_mut();
+    }
 }
 
 // An index expression is user code: its ERROR must reach the user as
