@@ -79,12 +79,7 @@ pub unsafe extern "C-unwind" fn relation_copy_data(rel: pg_sys::Relation, newrlo
         e.raise(&doing);
     }
     let blocks = pg_sys::smgrnblocks(pg_sys::RelationGetSmgr(rel), pg_sys::ForkNumber::MAIN_FORKNUM);
-    if blocks > 0 {
-        // Only the last page is written; the rest is a hole (see `forklen`).
-        let page = pg_sys::palloc0(pg_sys::BLCKSZ as usize);
-        pg_sys::smgrextend(dst, pg_sys::ForkNumber::MAIN_FORKNUM, blocks - 1, page, true);
-        pg_sys::pfree(page);
-    }
+    super::forklen::extend_sparse(dst, blocks);
     pg_sys::RelationDropStorage(rel);
     pg_sys::smgrclose(dst);
     xact::mark_written();

@@ -171,8 +171,8 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
 }
 
 /// A fetch found no visible version: tell the index (`all_dead`) when the
-/// row is dead to every snapshot, so it can mark the entry dead. Not for
-/// SnapshotAny or other non-MVCC readers that see through deletes.
+/// row is dead to every snapshot, so it can mark the entry dead (the stream
+/// marks only rows it saw decided by such a delete, or all aborted).
 unsafe fn report_dead(f: &PasvIndexFetch, rowid: u64, all_dead: *mut bool) {
     if !all_dead.is_null() {
         *all_dead = f.stream.known_dead(rowid);

@@ -20,6 +20,20 @@ thread_local! {
     static KNOWN: RefCell<HashMap<(u32, u32), pg_sys::BlockNumber>> = RefCell::new(HashMap::new());
 }
 
+/// Make the main fork of `smgr` `blocks` long by writing only its last page:
+/// everything before it is a hole.
+///
+/// # Safety
+/// `smgr` is open; the caller holds what keeps others from extending it.
+pub unsafe fn extend_sparse(smgr: pg_sys::SMgrRelation, blocks: pg_sys::BlockNumber) {
+    if blocks == 0 {
+        return;
+    }
+    let page = pg_sys::palloc0(pg_sys::BLCKSZ as usize);
+    pg_sys::smgrextend(smgr, pg_sys::ForkNumber::MAIN_FORKNUM, blocks - 1, page, true);
+    pg_sys::pfree(page);
+}
+
 /// Make `rel`'s main fork at least long enough to cover `rowid`.
 ///
 /// # Safety
@@ -47,10 +61,7 @@ pub unsafe fn cover_blocks(rel: pg_sys::Relation, blocks: u64) {
     let smgr = pg_sys::RelationGetSmgr(rel);
     let mut len = pg_sys::smgrnblocks(smgr, pg_sys::ForkNumber::MAIN_FORKNUM);
     if len < target {
-        let page = pg_sys::palloc0(pg_sys::BLCKSZ as usize);
-        // Only the last page is written; everything before it is a hole.
-        pg_sys::smgrextend(smgr, pg_sys::ForkNumber::MAIN_FORKNUM, target - 1, page, true);
-        pg_sys::pfree(page);
+        extend_sparse(smgr, target);
         len = target;
     }
     pg_sys::UnlockRelationForExtension(rel, lock);

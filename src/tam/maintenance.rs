@@ -389,8 +389,9 @@ extern "C-unwind" {
     );
 }
 
-/// Blocks the table's rowids span (291 rowids a block), from the engine.
-unsafe fn rowid_blocks(rel: pg_sys::Relation) -> (u64, u64) {
+/// Blocks the table's rowids span (291 rowids a block), and one past the
+/// highest rowid handed out (no row lies above it), from the engine.
+pub(super) unsafe fn rowid_blocks(rel: pg_sys::Relation) -> (u64, u64) {
     match engine_client::cf_info(cf_of(rel)) {
         Ok(info) => (info.next_rowid.div_ceil(ROWS_PER_BLOCK), info.next_rowid),
         Err(e) => e.raise(&format!("reading the size of {}", rel_name(rel))),

@@ -163,7 +163,11 @@ impl PasvScan {
             );
         }
         self.moved_back = true;
-        let hi = if self.at_row { self.cur_rowid } else { self.range_hi.min(self.end_of_rowids()) };
+        let hi = if self.at_row {
+            self.cur_rowid
+        } else {
+            self.range_hi.min(super::maintenance::rowid_blocks(self.base.rs_rd).1)
+        };
         self.at_row = self.last_visible_below(hi);
         if self.at_row {
             let row = super::stream::Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize };
@@ -173,15 +177,6 @@ impl PasvScan {
             pg_sys::ExecClearTuple(slot);
         }
         self.at_row
-    }
-
-    /// One past the highest rowid handed out: no row lies above it.
-    unsafe fn end_of_rowids(&self) -> u64 {
-        let rel = self.base.rs_rd;
-        match engine_client::cf_info(cf_of(rel)) {
-            Ok(info) => info.next_rowid,
-            Err(e) => e.raise(&format!("scanning {} backward", rel_name(rel))),
-        }
     }
 
     /// Finds the highest visible row in `[range_lo, hi)`, copies it to
@@ -335,7 +330,7 @@ pub unsafe fn tid_within_table(scan: pg_sys::TableScanDesc, rowid: u64) -> bool 
     let blocks = match s.tid_blocks {
         Some(blocks) => blocks,
         None => {
-            let blocks = s.end_of_rowids().div_ceil(ROWS_PER_BLOCK);
+            let blocks = super::maintenance::rowid_blocks(s.base.rs_rd).0;
             s.tid_blocks = Some(blocks);
             blocks
         }
@@ -463,11 +458,8 @@ pub unsafe extern "C-unwind" fn scan_sample_next_block(
     let s = &mut *(scan as *mut PasvScan);
     let rel = s.base.rs_rd;
     if s.sample_nblocks == 0 {
-        let info = match engine_client::cf_info(cf_of(rel)) {
-            Ok(info) => info,
-            Err(e) => e.raise(&format!("sampling {}", rel_name(rel))),
-        };
-        s.sample_nblocks = info.next_rowid.div_ceil(ROWS_PER_BLOCK).min(u64::from(u32::MAX - 1)) as u32;
+        let blocks = super::maintenance::rowid_blocks(rel).0;
+        s.sample_nblocks = blocks.min(u64::from(u32::MAX - 1)) as u32;
     }
     let tsm = (*scanstate).tsmroutine;
     let block = match (*tsm).NextSampleBlock {

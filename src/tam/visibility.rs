@@ -187,9 +187,14 @@ pub unsafe fn creator_aborted(h: &RowHeader) -> bool {
         return false;
     }
     let xid = xid_of(h);
-    !pg_sys::TransactionIdIsCurrentTransactionId(xid)
-        && !pg_sys::TransactionIdIsInProgress(xid)
-        && !pg_sys::TransactionIdDidCommit(xid)
+    // Committed (the usual reason a version is invisible: it committed
+    // after the snapshot) answers from CLOG without the ProcArray. Otherwise
+    // "not running" must be established before "did not commit", or a
+    // commit in between would pass for an abort (heapam_visibility.c).
+    if pg_sys::TransactionIdIsCurrentTransactionId(xid) || pg_sys::TransactionIdDidCommit(xid) {
+        return false;
+    }
+    !pg_sys::TransactionIdIsInProgress(xid) && !pg_sys::TransactionIdDidCommit(xid)
 }
 
 /// Whether a committed version (one a snapshot found visible) is older

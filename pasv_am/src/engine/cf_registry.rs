@@ -206,9 +206,7 @@ impl Engine {
         for (cf, floor) in &all {
             self.truncate_cf(*cf)?;
             let entry = self.lookup(*cf).ok_or(EngineError::NoSuchCf(*cf))?;
-            self.persist_rowid_floor(&entry.name, *floor)?;
-            entry.rowid_floor.fetch_max(*floor, Ordering::AcqRel);
-            entry.next_rowid.fetch_max(*floor, Ordering::Relaxed);
+            self.skip_rowids_below(&entry, *floor)?;
         }
         Ok(all.len())
     }
@@ -248,10 +246,7 @@ impl Engine {
         }
         iter.status().map_err(rocks_with(|| format!("read {} to copy it", source.name)))?;
         self.write_copy(&mut batch, &target.name)?;
-        let floor = source.next_rowid.load(Ordering::Relaxed).max(target.next_rowid.load(Ordering::Relaxed));
-        self.persist_rowid_floor(&target.name, floor)?;
-        target.rowid_floor.fetch_max(floor, Ordering::AcqRel);
-        target.next_rowid.fetch_max(floor, Ordering::Relaxed);
+        self.skip_rowids_below(&target, source.next_rowid.load(Ordering::Relaxed))?;
         if target.cf.logged {
             self.db
                 .flush_cf(&target_handle)

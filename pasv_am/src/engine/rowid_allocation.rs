@@ -71,6 +71,17 @@ impl Engine {
         Ok(())
     }
 
+    /// A table that takes over rowids handed out elsewhere (an emptied or
+    /// copied table): none below `floor` is handed out again, durably, and
+    /// the next one is at least `floor`.
+    pub(super) fn skip_rowids_below(&self, entry: &TableEntry, floor: u64) -> Result<(), EngineError> {
+        let floor = floor.max(entry.next_rowid.load(Ordering::Relaxed));
+        self.persist_rowid_floor(&entry.name, floor)?;
+        entry.rowid_floor.fetch_max(floor, Ordering::AcqRel);
+        entry.next_rowid.fetch_max(floor, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Writes and flushes the rowid floor of the CF `name` (RocksDB's WAL is
     /// off: only a flush makes it durable).
     pub(super) fn persist_rowid_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
