@@ -393,6 +393,22 @@ pub fn scan_into(
     )?
 }
 
+/// The row cache's answer to the one-row read `scan_into(cf, row_range(rowid,
+/// rowid + 1), 0, row_cache::PER_ROW, dest)` would make, copied into
+/// `dest`, or `None` (not cached: ask the engine). MVCC readers only: this
+/// backend's own writes are applied first (sent and their answers read),
+/// and other backends' writes that an MVCC snapshot could see were
+/// acknowledged, hence cached or dropped, before their commit.
+pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanCopied>, CallError> {
+    let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
+    flush_pending()?;
+    crate::replay::wait_for_recovery();
+    check_posted()?;
+    let found = cache.lookup(cf, rowid, dest);
+    cache.note(found.is_some());
+    Ok(found.map(|len| ScanCopied { len }))
+}
+
 /// The current transaction nest level (1: top level).
 fn nest_level() -> i32 {
     // SAFETY: plain read of the transaction state.

@@ -185,6 +185,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         background_jobs: 2,
         durability: crate::guc::durability().engine(),
         max_open_files: table_file_budget(),
+        row_cache: crate::shmem::row_cache(),
     };
     if let Err(e) = check_not_a_restored_copy() {
         header.engine_state.store(ENGINE_FAILED, Ordering::Release);

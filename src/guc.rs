@@ -49,6 +49,7 @@ pub static MAX_RECOVERY_LAG_MB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
 pub static MEMTABLE_BUDGET_MB: GucSetting<i32> = GucSetting::<i32>::new(256);
 pub static BLOCK_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(256);
+pub static ROW_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
 pub static ENGINE_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
 pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
@@ -90,6 +91,16 @@ pub fn register() {
         c"",
         &BLOCK_CACHE_MB,
         8,
+        1 << 20,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"pasv.row_cache_size",
+        c"Shared memory for the row cache: recent row versions backends read without asking the engine (MB; 0 turns it off).",
+        c"",
+        &ROW_CACHE_MB,
+        0,
         1 << 20,
         GucContext::Postmaster,
         GucFlags::UNIT_MB,

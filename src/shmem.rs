@@ -78,6 +78,26 @@ unsafe extern "C-unwind" fn shmem_request() {
         prev();
     }
     pg_sys::RequestAddinShmemSpace(layout().total);
+    if row_cache_bytes() > 0 {
+        pg_sys::RequestAddinShmemSpace(row_cache_bytes());
+    }
+}
+
+/// Bytes of the row cache region (`pasv.row_cache_size`; 0: none).
+fn row_cache_bytes() -> usize {
+    let bytes = crate::guc::ROW_CACHE_MB.get().max(0) as usize * 1024 * 1024;
+    pasv_am::row_cache::region_bytes(pasv_am::row_cache::sets_for(bytes))
+}
+
+/// Where the row cache lives in this process (set at every shared memory
+/// build, inherited by the processes the postmaster forks); null: none.
+static ROW_CACHE: std::sync::atomic::AtomicPtr<u8> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The row cache (pasv_am::row_cache), if `pasv.row_cache_size` gave one.
+pub fn row_cache() -> Option<pasv_am::row_cache::RowCache> {
+    let base = ROW_CACHE.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: set to a formatted region of this server's shared memory.
+    (!base.is_null()).then(|| unsafe { pasv_am::row_cache::RowCache::attach(base) }).flatten()
 }
 
 #[pgrx::pg_guard]
@@ -92,6 +112,16 @@ unsafe extern "C-unwind" fn shmem_startup() {
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(c"pasv channel".as_ptr(), layout.total, &mut found) as *mut u8;
     let chan = if found { Channel::from_raw(base, layout) } else { Channel::init(base, layout) };
+    let cache_bytes = row_cache_bytes();
+    if cache_bytes > 0 {
+        let mut found = false;
+        let cache = pg_sys::ShmemInitStruct(c"pasv row cache".as_ptr(), cache_bytes, &mut found) as *mut u8;
+        if !found {
+            std::ptr::write_bytes(cache, 0, cache_bytes);
+            pasv_am::row_cache::RowCache::format(cache, cache_bytes);
+        }
+        ROW_CACHE.store(cache, std::sync::atomic::Ordering::Relaxed);
+    }
     if !pg_sys::IsUnderPostmaster {
         POSTGRES_CRASH_RECOVERY.store(pg_control_says_crashed(), std::sync::atomic::Ordering::Relaxed);
     }

@@ -48,14 +48,18 @@ cpu_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 clk_tck=$(getconf CLK_TCK)
 
 # Round trips of every backend so far, one line "kind calls posted slept" each.
-rt_snapshot() { bench_psql -At -F' ' -c "SELECT request, calls, posted, slept FROM pasv.channel_stats()" 2>/dev/null || true; }
+# The row cache's hits and misses come as two more lines (cache_hit, cache_miss).
+rt_snapshot() {
+  bench_psql -At -F' ' -c "SELECT request, calls, posted, slept FROM pasv.channel_stats() UNION ALL SELECT 'cache_hit', hits, 0, 0 FROM pasv.row_cache_stats() UNION ALL SELECT 'cache_miss', misses, 0, 0 FROM pasv.row_cache_stats()" 2>/dev/null || true
+}
 # rt_report BEFORE AFTER TXNS: round trips per transaction by kind.
 rt_report() {
   awk -v n="$3" '
     FNR == NR { c0[$1] = $2; p0[$1] = $3; s0[$1] = $4; next }
+    /^cache_/ { c = $2 - c0[$1]; if (c > 0) cache = cache sprintf(" %s %.2f", substr($1, 7), c / n); next }
     { c = $2 - c0[$1]; p = $3 - p0[$1]; s = $4 - s0[$1]; tc += c; tp += p; ts += s
       if (c + p > 0) parts = parts sprintf(" %s %.2f/%.2f", $1, c / n, p / n) }
-    END { if (n > 0) printf "    channel per transaction: %.1f waited round trips (%.0f%% slept), %.1f posted; by kind (waited/posted):%s\n", tc / n, (tc > 0 ? 100 * ts / tc : 0), tp / n, parts }
+    END { if (n > 0) printf "    channel per transaction: %.1f waited round trips (%.0f%% slept), %.1f posted; by kind (waited/posted):%s; row cache per transaction:%s\n", tc / n, (tc > 0 ? 100 * ts / tc : 0), tp / n, parts, cache }
   ' <(echo "$1") <(echo "$2") || true
 }
 
@@ -240,7 +244,7 @@ section_modes() {
 
 bench_start
 machine_line
-echo "settings: $(bench_psql -At -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'checkpoint_timeout', 'max_wal_size', 'autovacuum', 'wal_level', 'pasv.durability', 'pasv.engine_threads', 'pasv.memtable_budget', 'pasv.block_cache_size')")"
+echo "settings: $(bench_psql -At -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'checkpoint_timeout', 'max_wal_size', 'autovacuum', 'wal_level', 'pasv.durability', 'pasv.engine_threads', 'pasv.memtable_budget', 'pasv.block_cache_size', 'pasv.row_cache_size')")"
 echo "mode: $([ "$quick" = 1 ] && echo quick || echo full); runs of $T s; bulk $BULK_ROWS rows; TPC-C $TPCC_W warehouse(s), $TPCC_T s"
 start=$(date +%s)
 for s in $sections; do

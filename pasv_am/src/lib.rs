@@ -10,6 +10,8 @@
 //! * [`protocol`] — the backend ⇄ engine wire format (both sides link it).
 //! * [`engine`] — the RocksDB instance (engine worker only).
 //! * [`row_locks`] — the in-memory row lock table the engine serves.
+//! * [`row_cache`] — recent one-row answers, written by the engine and read
+//!   by backends without a round trip.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 //! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
 //! * [`wal_order`] — WAL before data: the RocksDB flush listener.
@@ -20,6 +22,7 @@ pub mod flush_flag;
 pub mod keys;
 pub mod protocol;
 pub mod row;
+pub mod row_cache;
 pub mod row_locks;
 pub mod server;
 pub mod wal_order;

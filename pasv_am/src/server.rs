@@ -19,6 +19,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::engine::{Engine, EngineError};
+use crate::row_cache;
 use crate::protocol::{
     decode_request, encode_error, encode_persistence, encode_response, ErrorCode, PersistenceRow,
     Request, Response, ScanWriter, MIN_RESPONSE_LEN,
@@ -64,19 +65,27 @@ fn execute(
     let answer = match request {
         Request::Ping => Response::Ok,
         Request::CreateCf { cf, created_lsn, logged } => {
-            engine.create_cf_at(cf, created_lsn, logged)?;
+            let created = engine.create_cf_at(cf, created_lsn, logged);
+            engine.cache_changed_cfs();
+            created?;
             Response::Ok
         }
         Request::DropCf(cf) => {
-            engine.drop_cf(cf)?;
+            let dropped = engine.drop_cf(cf);
+            engine.cache_changed_cfs();
+            dropped?;
             Response::Ok
         }
         Request::DropDatabase { db } => {
-            engine.drop_database(db)?;
+            let dropped = engine.drop_database(db);
+            engine.cache_changed_cfs();
+            dropped?;
             Response::Ok
         }
         Request::TruncateCf { cf, created_lsn } => {
-            engine.truncate_cf_at(cf, created_lsn)?;
+            let emptied = engine.truncate_cf_at(cf, created_lsn);
+            engine.cache_changed_cfs();
+            emptied?;
             Response::Ok
         }
         Request::AllocRowids { cf, count } => Response::Rowids {
@@ -125,7 +134,9 @@ fn execute(
             Response::Ok
         }
         Request::CopyCf { from, to_rel } => {
-            engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel })?;
+            let copied = engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel });
+            engine.cache_changed_cfs();
+            copied?;
             Response::Ok
         }
         Request::SyncWal => {
@@ -139,9 +150,19 @@ fn execute(
             max_entries,
             per_row,
         } => {
+            // A backend's fetch by TID: its answer goes into the row cache,
+            // unless a write into the row's set came between (row_cache.rs).
+            let fill = engine.row_cache().and_then(|cache| {
+                let rowid = row_cache::cached_read(start, end, per_row, max_entries)?;
+                Some((cache, rowid, cache.ticket(cf, rowid)?))
+            });
             let mut writer = ScanWriter::new(response, max_entries);
             let more = engine.scan_rows(cf, start, end, per_row, &mut writer)?;
-            return Ok(writer.finish(more));
+            let len = writer.finish(more);
+            if let Some((cache, rowid, ticket)) = fill {
+                cache.fill(ticket, cf, rowid, &response[..len]);
+            }
+            return Ok(len);
         }
         Request::CfInfo(cf) => {
             let info = engine.cf_info(cf)?;
@@ -182,10 +203,22 @@ fn execute(
             if outcome.granted && read > 0 {
                 // Lock, then read under it: the versions answered are the
                 // ones no other writer can change until this one ends.
-                let (start, end) = crate::keys::row_range(rowid, rowid + 1);
-                let mut writer = ScanWriter::new(response, u32::from(read));
-                let more = engine.scan_rows(cf, &start, &end, 0, &mut writer)?;
-                let len = writer.finish(more);
+                // The row cache answers when it can (row_cache.rs: sound
+                // under the lock); RocksDB otherwise.
+                let cached = engine.row_cache().and_then(|cache| {
+                    let mut writer = ScanWriter::new(response, u32::from(read));
+                    let more = cache.read_versions(cf, rowid, usize::from(read), &mut writer)?;
+                    Some(writer.finish(more))
+                });
+                let len = match cached {
+                    Some(len) => len,
+                    None => {
+                        let (start, end) = crate::keys::row_range(rowid, rowid + 1);
+                        let mut writer = ScanWriter::new(response, u32::from(read));
+                        let more = engine.scan_rows(cf, &start, &end, 0, &mut writer)?;
+                        writer.finish(more)
+                    }
+                };
                 return Ok(crate::protocol::entries_into_granted_lock(response, len, outcome.already_held));
             }
             Response::Lock {

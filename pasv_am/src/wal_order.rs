@@ -99,16 +99,16 @@ impl LsnBook {
 }
 
 #[repr(C)]
-struct RawOpaque {
+pub(crate) struct RawOpaque {
     _private: [u8; 0],
 }
 
-type FlushCb = unsafe extern "C" fn(*mut c_void, *mut RawOpaque, *const RawOpaque);
-type InfoCb = unsafe extern "C" fn(*mut c_void, *const RawOpaque);
-type ErrorCb = unsafe extern "C" fn(*mut c_void, u32, *mut RawOpaque);
+pub(crate) type FlushCb = unsafe extern "C" fn(*mut c_void, *mut RawOpaque, *const RawOpaque);
+pub(crate) type InfoCb = unsafe extern "C" fn(*mut c_void, *const RawOpaque);
+pub(crate) type ErrorCb = unsafe extern "C" fn(*mut c_void, u32, *mut RawOpaque);
 
 extern "C" {
-    fn rocksdb_eventlistener_create(
+    pub(crate) fn rocksdb_eventlistener_create(
         state: *mut c_void,
         destructor: Option<unsafe extern "C" fn(*mut c_void)>,
         on_flush_begin: FlushCb,
@@ -122,14 +122,14 @@ extern "C" {
         on_stall_conditions_changed: InfoCb,
         on_memtable_sealed: InfoCb,
     ) -> *mut RawOpaque;
-    fn rocksdb_options_add_eventlistener(options: *mut c_void, listener: *mut RawOpaque);
+    pub(crate) fn rocksdb_options_add_eventlistener(options: *mut c_void, listener: *mut RawOpaque);
     fn rocksdb_flushjobinfo_cf_name(info: *const RawOpaque, size: *mut usize) -> *const c_char;
 }
 
 // RocksDB's C wrapper calls every callback unconditionally (no null
 // checks), so the events pasv does not care about get these no-ops.
-unsafe extern "C" fn ignore_db_event(_: *mut c_void, _: *mut RawOpaque, _: *const RawOpaque) {}
-unsafe extern "C" fn ignore_event(_: *mut c_void, _: *const RawOpaque) {}
+pub(crate) unsafe extern "C" fn ignore_db_event(_: *mut c_void, _: *mut RawOpaque, _: *const RawOpaque) {}
+pub(crate) unsafe extern "C" fn ignore_event(_: *mut c_void, _: *const RawOpaque) {}
 unsafe extern "C" fn ignore_error(_: *mut c_void, _: u32, _: *mut RawOpaque) {}
 
 unsafe extern "C" fn on_flush_begin(state: *mut c_void, _db: *mut RawOpaque, info: *const RawOpaque) {

@@ -69,6 +69,9 @@ pub struct RowStream {
     /// Every version of the current row seen so far has a creator that
     /// aborted (or crashed).
     newer_aborted: bool,
+    /// The reader of the current `next_row` uses an MVCC snapshot, so a
+    /// one-row read may be answered from the row cache.
+    mvcc: bool,
 }
 
 /// The row an MVCC scan or fetch handed out last, while the bytes it points
@@ -157,6 +160,7 @@ impl RowStream {
             dead_base: 0,
             dead_bits: 0,
             newer_aborted: false,
+            mvcc: false,
         }
     }
 
@@ -188,7 +192,7 @@ impl RowStream {
         // one the snapshot sees when the row is hot (session 4: TPC-B at 8
         // clients fetched every hot row twice, rewinding); a few versions
         // cost the same seek.
-        self.per_row = if hi == lo.saturating_add(1) { 4 } else { 1 };
+        self.per_row = if hi == lo.saturating_add(1) { pasv_am::row_cache::PER_ROW } else { 1 };
         self.group = None;
         self.decided = None;
         self.rewound = false;
@@ -230,9 +234,20 @@ impl RowStream {
         // One version per row on ranges: the newest decides nearly always;
         // the stream asks for a row's older versions only while it is
         // undecided. A single row gets a few at once (`set_range`).
-        let copied = match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
-            Ok(c) => c,
-            Err(e) => e.raise(doing),
+        // MVCC readers of one row try the row cache first (row_cache.rs).
+        let cached = match pasv_am::row_cache::cached_read(&self.next_start, &self.end, self.per_row, 0) {
+            Some(rowid) if self.mvcc => match engine_client::cached_row(self.cf, rowid, dest) {
+                Ok(c) => c,
+                Err(e) => e.raise(doing),
+            },
+            _ => None,
+        };
+        let copied = match cached {
+            Some(c) => c,
+            None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
+                Ok(c) => c,
+                Err(e) => e.raise(doing),
+            },
         };
         let bytes = std::slice::from_raw_parts(self.buf as *const u8, copied.len);
         let (more, batch) = match protocol::decode_response(bytes) {
@@ -278,6 +293,7 @@ impl RowStream {
     /// Backend inside a transaction; `reader`'s snapshot valid.
     pub unsafe fn next_row(&mut self, reader: Reader, doing: &str) -> Option<Row> {
         let skip_tombstones = visibility::skips_tombstones(reader);
+        self.mvcc = visibility::is_mvcc(reader);
         loop {
             if self.pos >= self.count {
                 if !self.more && !self.read_on_undecided() {

@@ -260,9 +260,7 @@ impl Engine {
             return Ok(());
         }
         let full = std::mem::take(batch);
-        self.db
-            .write_opt(full, &self.write_options)
-            .map_err(rocks_with(|| format!("write the copy {name}")))
+        self.write_batch(|| rocksdb::WriteBatch::from_data(full.data()), || format!("write the copy {name}"))
     }
 
     /// The table's next rowid and RocksDB's size estimates.
@@ -337,19 +335,10 @@ impl Engine {
             .checked_add(1)
             .ok_or_else(|| EngineError::Corruption("incarnation counter overflow".into()))?;
         let meta = self.meta_handle()?;
-        self.db
-            .put_cf_opt(
-                &meta,
-                NEXT_INCARNATION_KEY,
-                next.to_le_bytes(),
-                &self.write_options,
-            )
-            .map_err(rocks("persist the incarnation counter"))?;
+        self.write_one(&meta, NEXT_INCARNATION_KEY, &next.to_le_bytes(), || "persist the incarnation counter".to_owned())?;
         let table = TableCf { db: cf.db, rel: cf.rel, incarnation, logged };
         let name = table.name();
-        self.db
-            .put_cf_opt(&meta, created_lsn_key(&name), created_lsn.to_le_bytes(), &self.write_options)
-            .map_err(rocks("persist a creation LSN"))?;
+        self.write_one(&meta, &created_lsn_key(&name), &created_lsn.to_le_bytes(), || "persist a creation LSN".to_owned())?;
         // The WAL is off: only a flush makes the counter durable, and it must
         // be durable before any CF carries the incarnation.
         self.db

@@ -54,4 +54,6 @@ pub struct EngineConfig {
     /// has its own files, so a cluster with many tables exceeds a default
     /// file-descriptor limit of 1 024 unless this bounds it.
     pub max_open_files: i32,
+    /// The row cache the engine keeps current (None: no cache).
+    pub row_cache: Option<crate::row_cache::RowCache>,
 }

@@ -23,6 +23,8 @@ pub enum EngineError {
         #[source]
         source: rocksdb::Error,
     },
+    #[error("{context}: RocksDB stopped writes after a background error: {reason}")]
+    WritesStopped { context: String, reason: String },
     #[error("bad request: {0}")]
     BadRequest(String),
     #[error("entry with a {key_len}-byte key and a {value_len}-byte value does not fit in an empty response")]
@@ -40,7 +42,8 @@ impl EngineError {
     pub fn code(&self) -> ErrorCode {
         match self {
             EngineError::NoSuchCf(_) => ErrorCode::NoSuchCf,
-            EngineError::RocksDb { source, .. } => classify(source),
+            EngineError::RocksDb { source, .. } => classify(source.as_ref(), source.kind()),
+            EngineError::WritesStopped { reason, .. } => classify(reason, ErrorKind::IOError),
             EngineError::BadRequest(_) => ErrorCode::BadRequest,
             EngineError::EntryTooLarge { .. } => ErrorCode::TooLarge,
             EngineError::RowidsExhausted(_) => ErrorCode::Other,
@@ -51,11 +54,11 @@ impl EngineError {
 }
 
 /// RocksDB reports ENOSPC as an IO error whose text says so; it gets its own class.
-fn classify(error: &rocksdb::Error) -> ErrorCode {
-    if error.as_ref().contains("No space left") {
+fn classify(message: &str, kind: ErrorKind) -> ErrorCode {
+    if message.contains("No space left") {
         return ErrorCode::DiskFull;
     }
-    match error.kind() {
+    match kind {
         ErrorKind::Corruption => ErrorCode::Corruption,
         ErrorKind::IOError => ErrorCode::Io,
         ErrorKind::Busy | ErrorKind::TryAgain | ErrorKind::TimedOut => ErrorCode::Busy,
@@ -104,5 +107,8 @@ mod tests {
             EngineError::Corruption("x".into()).code(),
             ErrorCode::Corruption
         );
+        let stopped = |reason: &str| EngineError::WritesStopped { context: "write".into(), reason: reason.into() };
+        assert_eq!(stopped("IO error: No space left on device: While appending").code(), ErrorCode::DiskFull);
+        assert_eq!(stopped("IO error: Input/output error").code(), ErrorCode::Io);
     }
 }

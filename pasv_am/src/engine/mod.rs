@@ -42,6 +42,7 @@ mod persistence;
 mod put_batch;
 mod rowid_allocation;
 mod scan;
+mod stall;
 #[cfg(test)]
 pub(crate) mod test_support;
 
@@ -57,6 +58,7 @@ use rocksdb::{
 use crate::cf_name::{TableCf, META_CF};
 use crate::keys::ROWID_PREFIX_LEN;
 use crate::protocol::CfRef;
+use crate::row_cache::RowCache;
 use crate::row_locks::RowLockTable;
 use crate::wal_order::{self, LsnBook, NoWal, WalDurability};
 
@@ -87,6 +89,8 @@ pub struct Engine {
     write_options: WriteOptions,
     cf_options: Options,
     lsn_book: Arc<LsnBook>,
+    background_error: Arc<stall::BackgroundError>,
+    row_cache: Option<RowCache>,
     durability: Durability,
     opened_clean: bool,
     _block_cache: Cache,
@@ -108,6 +112,7 @@ impl Engine {
     /// `wal` makes PostgreSQL's WAL durable before any memtable flush.
     pub fn open_with_wal(cfg: EngineConfig, wal: Arc<dyn WalDurability>) -> Result<Engine, EngineError> {
         let lsn_book = Arc::new(LsnBook::new(wal));
+        let background_error = Arc::new(stall::BackgroundError::default());
         // HyperClockCache: lookups take no shard mutex (the LRU cache's were
         // in every profile of point reads); 0 lets it size its table itself.
         let block_cache = Cache::new_hyper_clock_cache(cfg.block_cache_bytes, 0);
@@ -148,6 +153,8 @@ impl Engine {
             // SAFETY: the options object is alive; the listener holds its own
             // reference to the book.
             unsafe { wal_order::install(options.as_raw_ptr() as *mut std::ffi::c_void, &lsn_book) };
+            // SAFETY: as above.
+            unsafe { stall::install(options.as_raw_ptr() as *mut std::ffi::c_void, &background_error) };
         }
 
         let mut names = BTreeSet::from([DEFAULT_COLUMN_FAMILY_NAME.to_owned(), META_CF.to_owned()]);
@@ -241,6 +248,9 @@ impl Engine {
         // that refuses every later write to any CF. `put_batch_at` checks
         // afterwards whether its CF still exists.
         write_options.set_ignore_missing_column_families(true);
+        // A stall comes back at once; `write_batch` waits it out unless
+        // only free disk space can end it (stall.rs).
+        write_options.set_no_slowdown(true);
 
         let engine = Engine {
             db,
@@ -250,6 +260,8 @@ impl Engine {
             write_options,
             cf_options: options,
             lsn_book,
+            background_error,
+            row_cache: cfg.row_cache,
             durability: cfg.durability,
             opened_clean,
             _block_cache: block_cache,
@@ -260,7 +272,22 @@ impl Engine {
         if !opened_clean {
             engine.truncate_unlogged()?;
         }
+        // Whatever a cache that outlived an earlier engine holds is stale.
+        engine.cache_changed_cfs();
         Ok(engine)
+    }
+
+    /// The row cache this engine keeps current, if any.
+    pub fn row_cache(&self) -> Option<RowCache> {
+        self.row_cache
+    }
+
+    /// After a CF was created, dropped, emptied or filled wholesale: no
+    /// answer cached before is returned again (row_cache.rs).
+    pub fn cache_changed_cfs(&self) {
+        if let Some(cache) = &self.row_cache {
+            cache.new_generation();
+        }
     }
 
     /// Flushes everything, marks the close clean if `clean` and closes
@@ -275,9 +302,7 @@ impl Engine {
             return Ok(());
         }
         let meta = self.meta_handle()?;
-        self.db
-            .put_cf_opt(&meta, CLEAN_CLOSE_KEY, [1u8], &self.write_options)
-            .map_err(rocks("write the clean-close marker"))?;
+        self.write_one(&meta, CLEAN_CLOSE_KEY, &[1u8], || "write the clean-close marker".to_owned())?;
         self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
         drop(meta);
         drop(self);

@@ -109,9 +109,7 @@ impl Engine {
         };
         // Before the write: a flush that sees the flag also sees its LSN.
         entry.max_lsn.fetch_max(flag.commit_lsn, Ordering::SeqCst);
-        self.db
-            .put_cf_opt(&handle, FLAG_KEY, flag.encode(), &self.write_options)
-            .map_err(rocks_with(|| format!("write the flush flag of {}", entry.name)))?;
+        self.write_one(&handle, FLAG_KEY, &flag.encode(), || format!("write the flush flag of {}", entry.name))?;
         state.last_write = Some(std::time::Instant::now());
         Ok(1)
     }

@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 
 use rocksdb::WriteBatch;
 
-use super::error::rocks_with;
 use super::{Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID};
 use crate::protocol::{CfRef, EntryBatch};
@@ -33,7 +32,6 @@ impl Engine {
     pub fn put_batch_at(&self, cf: CfRef, lsn: u64, batch: EntryBatch<'_>) -> Result<(), EngineError> {
         let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
         let handle = self.handle(cf, &entry)?;
-        let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
         let mut max_rowid: Option<u64> = None;
         for (key, value) in batch.iter() {
             let rowid = match decode_row_key(key) {
@@ -45,12 +43,8 @@ impl Engine {
                     )))
                 }
             };
-            if value.is_empty() {
-                // An empty value deletes the key (see protocol::Request::PutBatch).
-                write.delete_cf(&handle, key);
-            } else {
+            if !value.is_empty() {
                 max_rowid = max_rowid.max(Some(rowid));
-                write.put_cf(&handle, key, value);
             }
         }
         if batch.is_empty() {
@@ -63,13 +57,53 @@ impl Engine {
         }
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
-        self.db
-            .write_opt(write, &self.write_options)
-            .map_err(rocks_with(|| {
-                format!("write {} entries into {}", batch.len(), entry.name)
-            }))?;
+        let build = || {
+            let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
+            for (key, value) in batch.iter() {
+                if value.is_empty() {
+                    // An empty value deletes the key (see protocol::Request::PutBatch).
+                    write.delete_cf(&handle, key);
+                } else {
+                    write.put_cf(&handle, key, value);
+                }
+            }
+            write
+        };
+        self.write_batch(build, || format!("write {} entries into {}", batch.len(), entry.name))?;
+        // Written, not yet acknowledged: the cache follows (row_cache.rs).
+        if let Some(cache) = &self.row_cache {
+            update_cache(cache, cf, lsn, batch);
+        }
         // Written into nothing if a DDL dropped the CF meanwhile.
         self.handle(cf, &entry).map(drop)
+    }
+}
+
+/// Brings the cached answers of the rows `batch` wrote up to date. A row
+/// is cached anew only when the batch is a live logged write (`lsn` > 0, so
+/// not replay, which re-applies old versions) that puts its version 0 and
+/// nothing else: a new row, whose rowid no earlier write used.
+fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: EntryBatch<'_>) {
+    use crate::row_cache::RowOp;
+    let mut ops: Vec<(u64, u32, RowOp<'_>)> = batch
+        .iter()
+        .filter_map(|(key, value)| {
+            let (rowid, version) = decode_row_key(key)?;
+            Some((rowid, version, RowOp { key, value: (!value.is_empty()).then_some(value) }))
+        })
+        .collect();
+    // Stable: a row's operations keep their order.
+    ops.sort_by_key(|(rowid, _, _)| *rowid);
+    let mut row_ops = Vec::new();
+    let mut rest = &mut ops[..];
+    while let Some(&(rowid, _, _)) = rest.first() {
+        let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
+        let (run, tail) = rest.split_at_mut(n);
+        let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some();
+        row_ops.clear();
+        row_ops.extend(run.iter().map(|(_, _, op)| RowOp { key: op.key, value: op.value }));
+        cache.write(cf, rowid, &row_ops, fresh);
+        rest = tail;
     }
 }
 

@@ -86,9 +86,7 @@ impl Engine {
     /// off: only a flush makes it durable).
     pub(super) fn persist_rowid_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
         let meta = self.meta_handle()?;
-        self.db
-            .put_cf_opt(&meta, rowid_floor_key(name), floor.to_le_bytes(), &self.write_options)
-            .map_err(rocks("persist a rowid floor"))?;
+        self.write_one(&meta, &rowid_floor_key(name), &floor.to_le_bytes(), || "persist a rowid floor".to_owned())?;
         self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
     }
 }

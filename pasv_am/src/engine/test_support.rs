@@ -49,6 +49,7 @@ pub fn config(dir: &TempDir) -> EngineConfig {
         background_jobs: 2,
         durability: Durability::Pasv,
         max_open_files: -1,
+        row_cache: None,
     }
 }
 

@@ -1,0 +1,865 @@
+//! The row cache: recent answers to one-row reads, in memory that the
+//! engine writes and every backend reads without asking the engine.
+//!
+//! What is cached is the engine's exact answer (an encoded `Entries`
+//! response) to the read a backend's fetch by TID makes: the newest
+//! [`PER_ROW`] versions of one row of one table CF. A backend that finds the
+//! answer here decides visibility on it exactly as on the engine's, so no
+//! round trip is made for a point select or an index fetch of a cached row.
+//! The design and its measurements are in `src/ipc/HOT_PATH.md`.
+//!
+//! Layout (one region, placed in PostgreSQL shared memory by the extension,
+//! or on the heap in tests): a header, then `sets` sets. A row hashes to one
+//! set; a set has [`WAYS`] ways of [`WAY_BYTES`] bytes, and an answer
+//! occupies a run of consecutive ways whose first way's head describes it.
+//!
+//! Who writes: only engine threads, each change of a set under the set's
+//! lock bit. Readers (backends) take no lock: every head is a seqlock (odd
+//! while its way run is being written) and a reader that sees the sequence
+//! change discards what it copied. All shared words are atomics.
+//!
+//! Invariants (why an answer found here is one the engine could give now):
+//! * The engine changes a row in RocksDB first and in the cache second
+//!   (merging the change into the cached answer, or dropping it), before it
+//!   acknowledges the write. A reader that must see the write (its writer
+//!   committed, which drains first, or it is the writer, which waits for
+//!   its posted writes first) therefore finds the new answer or none.
+//! * A fill (caching the answer of a read that missed) takes a ticket (the
+//!   set's version) before reading RocksDB and installs only if the version
+//!   is unchanged: every write into a set raises its version, so an answer
+//!   read before a write is never installed after it.
+//! * Creating, dropping, truncating or copying a CF raises the cache's
+//!   generation (after the change); an answer of an older generation is
+//!   never returned. A relfilenumber reused by a new incarnation therefore
+//!   never sees the old one's rows.
+//! * A cached answer is a prefix of the row's versions, newest first: when
+//!   `complete` it holds every version; otherwise older ones may exist in
+//!   RocksDB and the reader asks the engine for them as it would have.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crate::keys::{decode_row_key, ROW_KEY_LEN};
+use crate::protocol::{decode_response, CfRef, Response, ScanWriter, RESPONSE_HEADER_LEN};
+
+/// Versions per row a one-row read asks for (the backend's fetch by TID).
+pub const PER_ROW: u32 = 4;
+/// Ways per set.
+pub const WAYS: usize = 16;
+/// Bytes per way.
+pub const WAY_BYTES: usize = 128;
+const WAY_WORDS: usize = WAY_BYTES / 8;
+/// Largest answer the cache holds.
+pub const MAX_ANSWER: usize = WAYS * WAY_BYTES;
+
+const MAGIC: u64 = 0x7061_7376_5243_0001; // "pasvRC" v1
+
+/// Header: magic, set count, generation, and counters.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    sets: AtomicU64,
+    generation: AtomicU64,
+    /// Lookups that found an answer, lookups that did not, answers
+    /// installed by fills: counters for `pasv.row_cache_stats()`.
+    hits: AtomicU64,
+    misses: AtomicU64,
+    fills: AtomicU64,
+    _pad: [AtomicU64; 2],
+}
+
+/// The cache's counters since the server started.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub fills: u64,
+    pub sets: u64,
+}
+
+/// The head of a way: describes the answer starting at this way.
+#[repr(C)]
+struct Head {
+    /// Seqlock: odd while the run of ways starting here is written.
+    seq: AtomicU64,
+    rowid: AtomicU64,
+    /// `db << 32 | rel`.
+    cf: AtomicU64,
+    /// Generation (low 32 bits) ‖ length (16 bits) ‖ ways (8) ‖ flags (8).
+    meta: AtomicU64,
+}
+
+const FLAG_VALID: u64 = 1;
+const FLAG_COMPLETE: u64 = 2;
+
+fn pack_meta(generation: u64, len: usize, ways: usize, complete: bool) -> u64 {
+    (generation & 0xFFFF_FFFF) << 32
+        | (len as u64 & 0xFFFF) << 16
+        | (ways as u64 & 0xFF) << 8
+        | FLAG_VALID
+        | if complete { FLAG_COMPLETE } else { 0 }
+}
+
+struct Meta {
+    generation: u32,
+    len: usize,
+    ways: usize,
+    valid: bool,
+    complete: bool,
+}
+
+fn unpack_meta(meta: u64) -> Meta {
+    Meta {
+        generation: (meta >> 32) as u32,
+        len: ((meta >> 16) & 0xFFFF) as usize,
+        ways: ((meta >> 8) & 0xFF) as usize,
+        valid: meta & FLAG_VALID != 0,
+        complete: meta & FLAG_COMPLETE != 0,
+    }
+}
+
+#[repr(C)]
+struct Set {
+    /// Bit 0: locked by an engine thread; the rest: the set's version,
+    /// raised by every write (not by fills).
+    lock: AtomicU64,
+    /// Next way the FIFO replacement starts at.
+    hand: AtomicU64,
+    heads: [Head; WAYS],
+    data: [AtomicU64; WAYS * WAY_WORDS],
+}
+
+/// Bytes a cache with `sets` sets occupies.
+pub const fn region_bytes(sets: usize) -> usize {
+    std::mem::size_of::<Header>() + sets * std::mem::size_of::<Set>()
+}
+
+/// Sets that fit in `bytes` (0 when too small for one).
+pub const fn sets_for(bytes: usize) -> usize {
+    bytes.saturating_sub(std::mem::size_of::<Header>()) / std::mem::size_of::<Set>()
+}
+
+/// A handle on a cache region. Copyable; the region outlives every handle
+/// (shared memory lives as long as the server; tests keep the Vec).
+#[derive(Clone, Copy)]
+pub struct RowCache {
+    base: *const u8,
+    sets: usize,
+}
+
+impl std::fmt::Debug for RowCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RowCache({} sets)", self.sets)
+    }
+}
+
+// SAFETY: every access to the region goes through atomics.
+unsafe impl Send for RowCache {}
+unsafe impl Sync for RowCache {}
+
+/// What a fill needs to install its answer (see the module invariants).
+#[derive(Clone, Copy, Debug)]
+pub struct Ticket {
+    set: usize,
+    version: u64,
+    generation: u64,
+}
+
+/// One row's operation from a write: a put of `value` at `key`, or a delete.
+pub struct RowOp<'a> {
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+}
+
+impl RowCache {
+    /// Formats `bytes` of zeroed, 8-aligned memory at `base` as an empty cache.
+    ///
+    /// # Safety
+    /// `base` is valid for `bytes` bytes, 8-aligned, zeroed, and outlives
+    /// every handle; no one else uses it.
+    pub unsafe fn format(base: *mut u8, bytes: usize) -> Option<RowCache> {
+        let sets = sets_for(bytes);
+        if sets == 0 || base as usize % 8 != 0 {
+            return None;
+        }
+        let header = &*(base as *const Header);
+        header.sets.store(sets as u64, Ordering::Relaxed);
+        header.generation.store(1, Ordering::Relaxed);
+        header.magic.store(MAGIC, Ordering::Release);
+        Some(RowCache { base, sets })
+    }
+
+    /// A handle on a region [`RowCache::format`] made.
+    ///
+    /// # Safety
+    /// As for `format`, and the region was formatted.
+    pub unsafe fn attach(base: *const u8) -> Option<RowCache> {
+        let header = &*(base as *const Header);
+        if header.magic.load(Ordering::Acquire) != MAGIC {
+            return None;
+        }
+        Some(RowCache { base, sets: header.sets.load(Ordering::Relaxed) as usize })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: format/attach checked the region.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn set(&self, index: usize) -> &Set {
+        // SAFETY: index < sets; the region holds `sets` sets after the header.
+        unsafe { &*(self.base.add(std::mem::size_of::<Header>() + index * std::mem::size_of::<Set>()) as *const Set) }
+    }
+
+    fn set_of(&self, cf: CfRef, rowid: u64) -> usize {
+        // splitmix64 over the row's identity: neighbouring rowids spread.
+        let mut x = rowid ^ (u64::from(cf.rel) << 32 | u64::from(cf.db)).rotate_left(17);
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        (x % self.sets as u64) as usize
+    }
+
+    /// Counts a lookup's outcome.
+    pub fn note(&self, hit: bool) {
+        let counter = if hit { &self.header().hits } else { &self.header().misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let h = self.header();
+        CacheStats {
+            hits: h.hits.load(Ordering::Relaxed),
+            misses: h.misses.load(Ordering::Relaxed),
+            fills: h.fills.load(Ordering::Relaxed),
+            sets: self.sets as u64,
+        }
+    }
+
+    /// Raises the generation: every answer cached so far is stale (a CF was
+    /// created, dropped, truncated or filled by a copy).
+    pub fn new_generation(&self) {
+        self.header().generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Copies the cached answer for row `rowid` of `cf` into `out` and
+    /// returns its length, or `None` (not cached, being changed, or larger
+    /// than `out`). Lock-free; any thread or process.
+    pub fn lookup(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<usize> {
+        self.lookup_answer(cf, rowid, out).map(|(len, _)| len)
+    }
+
+    /// For the engine's read of a row it just locked: the newest `max`
+    /// versions of row `rowid` of `cf` from its cached answer, pushed into
+    /// the empty `out`, and whether more may follow (what the engine's own
+    /// read with `max_entries = max` would answer). `None` (and `out`
+    /// possibly changed) when the cache cannot tell: not cached, or an
+    /// incomplete answer with fewer than `max` versions.
+    ///
+    /// Sound under the lock: every write of the row by an earlier holder was
+    /// acknowledged, hence merged here, before that holder released it; a
+    /// backend's own earlier writes were answered before this request ran.
+    pub fn read_versions(&self, cf: CfRef, rowid: u64, max: usize, out: &mut ScanWriter<'_>) -> Option<bool> {
+        let mut buf = [0u8; MAX_ANSWER];
+        let (len, complete) = self.lookup_answer(cf, rowid, &mut buf)?;
+        let (entries, _) = entries_of(&buf[..len])?;
+        let more = if entries.len() >= max {
+            true
+        } else if complete {
+            false
+        } else {
+            return None;
+        };
+        for (key, value) in entries.iter().take(max) {
+            if !out.try_push(key, value) {
+                return None;
+            }
+        }
+        Some(more)
+    }
+
+    /// [`RowCache::lookup`], with whether the answer holds every version.
+    fn lookup_answer(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<(usize, bool)> {
+        let generation = self.header().generation.load(Ordering::Acquire) as u32;
+        let set = self.set(self.set_of(cf, rowid));
+        let cf_word = cf_word(cf);
+        for (way, head) in set.heads.iter().enumerate() {
+            if head.rowid.load(Ordering::Relaxed) != rowid {
+                continue;
+            }
+            let seq = head.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                return None;
+            }
+            let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+            if !meta.valid
+                || head.rowid.load(Ordering::Relaxed) != rowid
+                || head.cf.load(Ordering::Relaxed) != cf_word
+                || meta.generation != generation
+                || meta.len > out.len()
+                || way + meta.ways > WAYS
+                || meta.len > meta.ways * WAY_BYTES
+            {
+                continue;
+            }
+            let words = meta.len.div_ceil(8);
+            let first = way * WAY_WORDS;
+            for (i, word) in set.data[first..first + words].iter().enumerate() {
+                let bytes = word.load(Ordering::Relaxed).to_le_bytes();
+                let at = i * 8;
+                let n = (meta.len - at).min(8);
+                out[at..at + n].copy_from_slice(&bytes[..n]);
+            }
+            fence(Ordering::Acquire);
+            if head.seq.load(Ordering::Relaxed) != seq {
+                return None;
+            }
+            return Some((meta.len, meta.complete));
+        }
+        None
+    }
+
+    /// Before reading row `rowid` of `cf` from RocksDB to answer a one-row
+    /// read: the ticket its answer is installed with. `None` while a write
+    /// holds the set (the read may overlap it; nothing is cached).
+    pub fn ticket(&self, cf: CfRef, rowid: u64) -> Option<Ticket> {
+        let index = self.set_of(cf, rowid);
+        let generation = self.header().generation.load(Ordering::SeqCst);
+        let version = self.set(index).lock.load(Ordering::SeqCst);
+        (version & 1 == 0).then_some(Ticket { set: index, version, generation })
+    }
+
+    /// Installs `answer` (an encoded `Entries` response to a read of the
+    /// newest [`PER_ROW`] versions of row `rowid` of `cf`, read after
+    /// `ticket` was taken), unless a write into the set came between.
+    pub fn fill(&self, ticket: Ticket, cf: CfRef, rowid: u64, answer: &[u8]) {
+        let Some((entries, more)) = entries_of(answer) else { return };
+        let complete = !more && entries.len() < PER_ROW as usize;
+        if answer.len() > MAX_ANSWER {
+            return;
+        }
+        let set = self.set(ticket.set);
+        if self.header().generation.load(Ordering::SeqCst) != ticket.generation {
+            return; // a CF changed under the read: the answer may be stale
+        }
+        if set
+            .lock
+            .compare_exchange(ticket.version, ticket.version | 1, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        if self.find(set, cf, rowid, ticket.generation as u32).is_none() {
+            self.store(set, cf, rowid, ticket.generation, answer, complete);
+            self.header().fills.fetch_add(1, Ordering::Relaxed);
+        }
+        set.lock.store(ticket.version, Ordering::SeqCst);
+    }
+
+    /// After `ops` (all of row `rowid` of `cf`) were written to RocksDB and
+    /// before the write is acknowledged: merges them into the cached answer,
+    /// or caches the row when `fresh` (its only version is the one `ops`
+    /// puts: a new row), or drops what no longer holds.
+    pub fn write(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>], fresh: bool) {
+        let index = self.set_of(cf, rowid);
+        let set = self.set(index);
+        let version = lock(set);
+        let generation = self.header().generation.load(Ordering::SeqCst);
+        let mut scratch = [0u8; MAX_ANSWER];
+        let found = self.find(set, cf, rowid, generation as u32);
+        let merged = match found {
+            Some(way) => {
+                let head = &set.heads[way];
+                let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+                let mut old = [0u8; MAX_ANSWER];
+                copy_out(set, way, meta.len, &mut old);
+                self.invalidate(set, way);
+                merge(&old[..meta.len], meta.complete, ops, &mut scratch)
+            }
+            None if fresh => match ops {
+                [RowOp { key, value: Some(value) }] => encode(&[(key, value)], &mut scratch).map(|len| (len, true)),
+                _ => None,
+            },
+            None => None,
+        };
+        if let Some((len, complete)) = merged {
+            self.store(set, cf, rowid, generation, &scratch[..len], complete);
+        }
+        set.lock.store(version + 2, Ordering::SeqCst);
+    }
+
+    /// The way whose valid answer is row `rowid` of `cf` in `generation`.
+    fn find(&self, set: &Set, cf: CfRef, rowid: u64, generation: u32) -> Option<usize> {
+        let cf_word = cf_word(cf);
+        set.heads.iter().position(|head| {
+            let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+            meta.valid
+                && meta.generation == generation
+                && head.rowid.load(Ordering::Relaxed) == rowid
+                && head.cf.load(Ordering::Relaxed) == cf_word
+        })
+    }
+
+    /// Marks the answer starting at `way` gone. Caller holds the set lock.
+    fn invalidate(&self, set: &Set, way: usize) {
+        let head = &set.heads[way];
+        let seq = head.seq.load(Ordering::Relaxed);
+        head.seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        head.meta.store(0, Ordering::Relaxed);
+        head.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// Writes `answer` into a run of ways, evicting what overlaps it.
+    /// Caller holds the set lock.
+    fn store(&self, set: &Set, cf: CfRef, rowid: u64, generation: u64, answer: &[u8], complete: bool) {
+        let ways = answer.len().div_ceil(WAY_BYTES).max(1);
+        if ways > WAYS {
+            return;
+        }
+        // A free run first; else the FIFO hand's run (wrapping to way 0).
+        let start = free_run(set, ways).unwrap_or_else(|| {
+            let hand = set.hand.load(Ordering::Relaxed) as usize;
+            let start = if hand + ways > WAYS { 0 } else { hand };
+            set.hand.store(((start + ways) % WAYS) as u64, Ordering::Relaxed);
+            start
+        });
+        // Evict every answer overlapping [start, start + ways).
+        for way in 0..WAYS {
+            let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
+            if meta.valid && way < start + ways && start < way + meta.ways {
+                self.invalidate(set, way);
+            }
+        }
+        let head = &set.heads[start];
+        let seq = head.seq.load(Ordering::Relaxed);
+        head.seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        head.rowid.store(rowid, Ordering::Relaxed);
+        head.cf.store(cf_word(cf), Ordering::Relaxed);
+        let first = start * WAY_WORDS;
+        for (i, chunk) in answer.chunks(8).enumerate() {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            set.data[first + i].store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
+        head.seq.store(seq + 2, Ordering::Release);
+    }
+}
+
+fn cf_word(cf: CfRef) -> u64 {
+    u64::from(cf.db) << 32 | u64::from(cf.rel)
+}
+
+/// Takes the set's lock bit; returns the version it held.
+fn lock(set: &Set) -> u64 {
+    let mut spins = 0u32;
+    loop {
+        let version = set.lock.load(Ordering::Relaxed);
+        if version & 1 == 0
+            && set
+                .lock
+                .compare_exchange_weak(version, version | 1, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        {
+            return version;
+        }
+        // Held by another engine thread for a copy of at most 2 kB.
+        spins += 1;
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// First run of `ways` consecutive ways covered by no valid answer.
+fn free_run(set: &Set, ways: usize) -> Option<usize> {
+    let mut used = [false; WAYS];
+    for (way, head) in set.heads.iter().enumerate() {
+        let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+        if meta.valid {
+            for u in used.iter_mut().skip(way).take(meta.ways) {
+                *u = true;
+            }
+        }
+    }
+    let mut run = 0;
+    for (way, &u) in used.iter().enumerate() {
+        run = if u { 0 } else { run + 1 };
+        if run == ways {
+            return Some(way + 1 - ways);
+        }
+    }
+    None
+}
+
+fn copy_out(set: &Set, way: usize, len: usize, out: &mut [u8]) {
+    let first = way * WAY_WORDS;
+    for (i, word) in set.data[first..first + len.div_ceil(8)].iter().enumerate() {
+        let bytes = word.load(Ordering::Relaxed).to_le_bytes();
+        let at = i * 8;
+        let n = (len - at).min(8);
+        out[at..at + n].copy_from_slice(&bytes[..n]);
+    }
+}
+
+/// The entries and `more` of an encoded `Entries` answer.
+fn entries_of(answer: &[u8]) -> Option<(Vec<(&[u8], &[u8])>, bool)> {
+    match decode_response(answer) {
+        Ok(Response::Entries { more, batch }) => Some((batch.iter().collect(), more)),
+        _ => None,
+    }
+}
+
+/// Encodes `entries` as a complete `Entries` answer into `out`.
+fn encode(entries: &[(&[u8], &[u8])], out: &mut [u8]) -> Option<usize> {
+    let mut writer = ScanWriter::new(out, 0);
+    for (key, value) in entries {
+        if !writer.try_push(key, value) {
+            return None;
+        }
+    }
+    Some(writer.finish(false))
+}
+
+/// The cached answer `old` with `ops` applied, re-encoded into `out`:
+/// `(length, complete)`, or `None` when what remains is not a valid answer.
+fn merge(old: &[u8], complete: bool, ops: &[RowOp<'_>], out: &mut [u8]) -> Option<(usize, bool)> {
+    let (mut entries, _) = entries_of(old)?;
+    for op in ops {
+        // An incomplete answer left with no version no longer says which
+        // version is the row's newest.
+        if op.key.len() != ROW_KEY_LEN || !complete && entries.is_empty() {
+            return None;
+        }
+        entries.retain(|(key, _)| *key != op.key);
+        if let Some(value) = op.value {
+            // A version older than the oldest cached one of an incomplete
+            // answer stays out: the prefix ends where it ended.
+            let oldest = entries.last().map(|(key, _)| *key);
+            if complete || oldest.is_none_or(|oldest| op.key < oldest) {
+                entries.push((op.key, value));
+            }
+        }
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    }
+    let mut complete = complete;
+    if entries.len() > PER_ROW as usize {
+        entries.truncate(PER_ROW as usize);
+        complete = false;
+    }
+    if entries.is_empty() && !complete {
+        return None;
+    }
+    // Older versions go first when the answer does not fit.
+    let mut keep = entries.len();
+    loop {
+        if let Some(len) = encode(&entries[..keep], out).filter(|&len| len <= MAX_ANSWER) {
+            return (keep > 0 || complete).then_some((len, complete && keep == entries.len()));
+        }
+        if keep == 0 {
+            return None;
+        }
+        keep -= 1;
+        complete = false;
+    }
+}
+
+/// Whether a read of `[start, end)` with `per_row` and `max_entries` is the
+/// one-row read the cache answers, and of which row.
+pub fn cached_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> Option<u64> {
+    if per_row != PER_ROW || max_entries != 0 {
+        return None;
+    }
+    let (rowid, version) = decode_row_key(start)?;
+    let (end_rowid, end_version) = decode_row_key(end)?;
+    (version == u32::MAX && end_version == u32::MAX && end_rowid == rowid.checked_add(1)?).then_some(rowid)
+}
+
+const _: () = assert!(MAX_ANSWER <= u16::MAX as usize && RESPONSE_HEADER_LEN < WAY_BYTES);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::row_key;
+    use std::collections::BTreeMap;
+
+    const T: CfRef = CfRef { db: 5, rel: 16384 };
+
+    /// A cache of `sets` sets on the heap (u64s keep it 8-aligned).
+    struct Region(#[allow(dead_code)] Vec<u64>, RowCache); // the Vec keeps the memory alive
+
+    fn cache(sets: usize) -> Region {
+        let bytes = region_bytes(sets);
+        let mut mem = vec![0u64; bytes.div_ceil(8)];
+        // SAFETY: zeroed, aligned, owned by the Region for the test's length.
+        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+        Region(mem, cache)
+    }
+
+    fn answer(entries: &[([u8; ROW_KEY_LEN], Vec<u8>)], more: bool) -> Vec<u8> {
+        let mut out = vec![0u8; 8192];
+        let mut w = ScanWriter::new(&mut out, 0);
+        for (k, v) in entries {
+            assert!(w.try_push(k, v));
+        }
+        let len = w.finish(more);
+        out.truncate(len);
+        out
+    }
+
+    fn versions(bytes: &[u8]) -> Vec<(u64, u32, Vec<u8>)> {
+        let (entries, _) = entries_of(bytes).unwrap();
+        entries
+            .iter()
+            .map(|(k, v)| {
+                let (r, ver) = decode_row_key(k).unwrap();
+                (r, ver, v.to_vec())
+            })
+            .collect()
+    }
+
+    fn get(c: &RowCache, rowid: u64) -> Option<Vec<u8>> {
+        let mut out = vec![0u8; 4096];
+        c.lookup(T, rowid, &mut out).map(|n| out[..n].to_vec())
+    }
+
+    fn put<'a>(key: &'a [u8], value: &'a [u8]) -> RowOp<'a> {
+        RowOp { key, value: Some(value) }
+    }
+
+    #[test]
+    fn a_filled_answer_is_returned_until_a_new_generation() {
+        let r = cache(4);
+        let c = r.1;
+        let a = answer(&[(row_key(7, 1), b"one".to_vec()), (row_key(7, 0), b"zero".to_vec())], false);
+        let t = c.ticket(T, 7).unwrap();
+        c.fill(t, T, 7, &a);
+        assert_eq!(get(&c, 7), Some(a.clone()));
+        assert_eq!(get(&c, 8), None);
+        let mut other = vec![0u8; 4096];
+        assert_eq!(c.lookup(CfRef { db: 5, rel: 16385 }, 7, &mut other), None);
+        // Too small a buffer is a miss, not a partial copy.
+        assert_eq!(c.lookup(T, 7, &mut [0u8; 8]), None);
+        c.new_generation();
+        assert_eq!(get(&c, 7), None);
+        let s = c.stats();
+        assert_eq!((s.fills, s.sets), (1, 4));
+    }
+
+    #[test]
+    fn a_fill_whose_read_may_predate_a_write_is_not_installed() {
+        let r = cache(1);
+        let c = r.1;
+        let old = answer(&[(row_key(3, 0), b"old".to_vec())], false);
+        let t = c.ticket(T, 3).unwrap();
+        // A write into the set (even of another row) after the ticket.
+        c.write(T, 9, &[put(&row_key(9, 1), b"x")], false);
+        c.fill(t, T, 3, &old);
+        assert_eq!(get(&c, 3), None);
+        // A DDL after the ticket too.
+        let t = c.ticket(T, 3).unwrap();
+        c.new_generation();
+        c.fill(t, T, 3, &old);
+        assert_eq!(get(&c, 3), None);
+        // Nothing in between: installed.
+        let t = c.ticket(T, 3).unwrap();
+        c.fill(t, T, 3, &old);
+        assert_eq!(get(&c, 3), Some(old));
+    }
+
+    #[test]
+    fn writes_merge_into_cached_answers() {
+        let r = cache(2);
+        let c = r.1;
+        let t = c.ticket(T, 1).unwrap();
+        c.fill(t, T, 1, &answer(&[(row_key(1, 1), b"b".to_vec()), (row_key(1, 0), b"a".to_vec())], false));
+        let k2 = row_key(1, 2);
+        let k0 = row_key(1, 0);
+        // A new head and the removal of the oldest version in one write.
+        c.write(T, 1, &[put(&k2, b"c"), RowOp { key: &k0, value: None }], false);
+        let got = versions(&get(&c, 1).unwrap());
+        assert_eq!(got, vec![(1, 2, b"c".to_vec()), (1, 1, b"b".to_vec())]);
+        // More than PER_ROW versions: the oldest fall out of the answer.
+        for v in 3..8u32 {
+            let k = row_key(1, v);
+            c.write(T, 1, &[put(&k, b"n")], false);
+        }
+        let got: Vec<u32> = versions(&get(&c, 1).unwrap()).iter().map(|x| x.1).collect();
+        assert_eq!(got, vec![7, 6, 5, 4]);
+        // An incomplete answer that loses every version is dropped, not
+        // left claiming the row has none.
+        let keys: Vec<_> = (4..8).map(|v| row_key(1, v)).collect();
+        let deletes: Vec<_> = keys.iter().map(|k| RowOp { key: k, value: None }).collect();
+        c.write(T, 1, &deletes, false);
+        assert_eq!(get(&c, 1), None);
+    }
+
+    #[test]
+    fn a_locked_read_is_answered_like_the_engines() {
+        let r = cache(2);
+        let c = r.1;
+        let read = |max: usize| {
+            let mut out = vec![0u8; 4096];
+            let mut w = ScanWriter::new(&mut out, max as u32);
+            let more = c.read_versions(T, 6, max, &mut w)?;
+            let len = w.finish(more);
+            Some((versions(&out[..len]).iter().map(|x| x.1).collect::<Vec<_>>(), more))
+        };
+        assert_eq!(read(2), None);
+        let (k0, k1) = (row_key(6, 0), row_key(6, 1));
+        c.write(T, 6, &[put(&k0, b"a")], true);
+        c.write(T, 6, &[put(&k1, b"b")], false);
+        // Complete: fewer versions than asked, nothing more; as many: more.
+        assert_eq!(read(4), Some((vec![1, 0], false)));
+        assert_eq!(read(2), Some((vec![1, 0], true)));
+        assert_eq!(read(1), Some((vec![1], true)));
+        // Incomplete (only a prefix cached): only a read it covers.
+        let t = c.ticket(T, 7).unwrap();
+        let four: Vec<_> = (0..4u32).rev().map(|v| (row_key(7, v), b"x".to_vec())).collect();
+        c.fill(t, T, 7, &answer(&four, false));
+        let kill: Vec<_> = (2..4u32).map(|v| row_key(7, v)).collect();
+        c.write(T, 7, &[RowOp { key: &kill[0], value: None }, RowOp { key: &kill[1], value: None }], false);
+        let mut out = vec![0u8; 4096];
+        let mut w = ScanWriter::new(&mut out, 4);
+        assert_eq!(c.read_versions(T, 7, 4, &mut w), None);
+    }
+
+    #[test]
+    fn only_fresh_rows_are_cached_by_a_write() {
+        let r = cache(2);
+        let c = r.1;
+        let k = row_key(4, 0);
+        c.write(T, 4, &[put(&k, b"new")], false);
+        assert_eq!(get(&c, 4), None);
+        c.write(T, 4, &[put(&k, b"new")], true);
+        assert_eq!(versions(&get(&c, 4).unwrap()), vec![(4, 0, b"new".to_vec())]);
+        // A complete answer whose only version goes: the row has none.
+        c.write(T, 4, &[RowOp { key: &k, value: None }], false);
+        assert_eq!(versions(&get(&c, 4).unwrap()), vec![]);
+    }
+
+    #[test]
+    fn answers_too_large_are_not_cached_and_large_ones_span_ways() {
+        let r = cache(1);
+        let c = r.1;
+        let big = answer(&[(row_key(2, 0), vec![7u8; MAX_ANSWER])], false);
+        let t = c.ticket(T, 2).unwrap();
+        c.fill(t, T, 2, &big);
+        assert_eq!(get(&c, 2), None);
+        let wide = answer(&[(row_key(2, 0), vec![7u8; 1000])], false);
+        let t = c.ticket(T, 2).unwrap();
+        c.fill(t, T, 2, &wide);
+        assert_eq!(get(&c, 2), Some(wide));
+    }
+
+    /// Random writes and fills of many rows through one small cache, against
+    /// a model of RocksDB: every answer found is the newest versions of its
+    /// row, in order, and empty only when the row has none.
+    #[test]
+    fn random_workload_never_returns_a_wrong_answer() {
+        let r = cache(2);
+        let c = r.1;
+        let mut model: BTreeMap<u64, BTreeMap<u32, Vec<u8>>> = BTreeMap::new();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut hits = 0;
+        for step in 0..20_000u32 {
+            let rowid = next(60);
+            let chain = model.entry(rowid).or_default();
+            match next(4) {
+                0 => {
+                    // A fill: the engine's answer (newest PER_ROW versions).
+                    let t = c.ticket(T, rowid).unwrap();
+                    let entries: Vec<_> =
+                        chain.iter().rev().take(PER_ROW as usize).map(|(v, val)| (row_key(rowid, *v), val.clone())).collect();
+                    c.fill(t, T, rowid, &answer(&entries, false));
+                }
+                1 | 2 => {
+                    // A new version (a new row at version 0), sometimes pruning the oldest.
+                    let v = chain.keys().next_back().map_or(0, |v| v + 1);
+                    let value = vec![(step % 251) as u8; 1 + next(300) as usize];
+                    let key = row_key(rowid, v);
+                    let prune = chain.len() > 1 && next(2) == 0;
+                    let oldest = chain.keys().next().copied();
+                    let fresh = chain.is_empty();
+                    chain.insert(v, value.clone());
+                    let dkey = oldest.map(|o| row_key(rowid, o));
+                    let mut ops = vec![put(&key, &value)];
+                    if prune {
+                        chain.remove(&oldest.unwrap());
+                        ops.push(RowOp { key: dkey.as_ref().unwrap(), value: None });
+                    }
+                    c.write(T, rowid, &ops, fresh);
+                }
+                _ => {
+                    // VACUUM removes every version but the newest.
+                    let keep = chain.keys().next_back().copied();
+                    let gone: Vec<u32> = chain.keys().copied().filter(|v| Some(*v) != keep).collect();
+                    let keys: Vec<_> = gone.iter().map(|v| row_key(rowid, *v)).collect();
+                    for v in &gone {
+                        chain.remove(v);
+                    }
+                    let ops: Vec<_> = keys.iter().map(|k| RowOp { key: k, value: None }).collect();
+                    if !ops.is_empty() {
+                        c.write(T, rowid, &ops, false);
+                    }
+                }
+            }
+            for (rowid, chain) in &model {
+                if let Some(bytes) = get(&c, *rowid) {
+                    hits += 1;
+                    let got = versions(&bytes);
+                    let want: Vec<_> = chain.iter().rev().take(got.len()).map(|(v, val)| (*rowid, *v, val.clone())).collect();
+                    assert_eq!(got, want, "row {rowid} at step {step}");
+                    assert!(!got.is_empty() || chain.is_empty(), "row {rowid}: empty answer for a row with versions");
+                }
+            }
+        }
+        assert!(hits > 1000, "the cache answered only {hits} lookups");
+    }
+
+    /// Readers racing a writer never see a torn answer: every version's
+    /// value repeats its version number.
+    #[test]
+    fn readers_never_see_a_torn_answer() {
+        let r = cache(1);
+        let c = r.1;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let mut out = vec![0u8; 4096];
+                    let mut seen = 0u32;
+                    while !stop.load(Ordering::Relaxed) && seen < 2_000_000 {
+                        seen += 1;
+                        if let Some(n) = c.lookup(T, 1, &mut out) {
+                            for (_, v, value) in versions(&out[..n]) {
+                                assert!(value.iter().all(|&b| b == v as u8), "torn value for version {v}");
+                            }
+                        }
+                    }
+                });
+            }
+            for v in 0..20_000u32 {
+                let key = row_key(1, v);
+                let value = vec![v as u8; 40 + (v as usize % 700)];
+                let old = v.checked_sub(2).map(|o| row_key(1, o));
+                let mut ops = vec![put(&key, &value)];
+                if let Some(old) = &old {
+                    ops.push(RowOp { key: old, value: None });
+                }
+                c.write(T, 1, &ops, v == 0);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
