@@ -65,27 +65,19 @@ fn execute(
     let answer = match request {
         Request::Ping => Response::Ok,
         Request::CreateCf { cf, created_lsn, logged } => {
-            let created = engine.create_cf_at(cf, created_lsn, logged);
-            engine.cache_changed_cfs();
-            created?;
+            engine.create_cf_at(cf, created_lsn, logged)?;
             Response::Ok
         }
         Request::DropCf(cf) => {
-            let dropped = engine.drop_cf(cf);
-            engine.cache_changed_cfs();
-            dropped?;
+            engine.drop_cf(cf)?;
             Response::Ok
         }
         Request::DropDatabase { db } => {
-            let dropped = engine.drop_database(db);
-            engine.cache_changed_cfs();
-            dropped?;
+            engine.drop_database(db)?;
             Response::Ok
         }
         Request::TruncateCf { cf, created_lsn } => {
-            let emptied = engine.truncate_cf_at(cf, created_lsn);
-            engine.cache_changed_cfs();
-            emptied?;
+            engine.truncate_cf_at(cf, created_lsn)?;
             Response::Ok
         }
         Request::AllocRowids { cf, count } => Response::Rowids {

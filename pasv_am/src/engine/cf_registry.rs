@@ -120,6 +120,10 @@ impl Engine {
         // A new table has no rows: any lock on (db, rel) is from a past life
         // (e.g. taken while it had no CF).
         self.row_locks().forget_cf(cf);
+        // A relfilenumber used before: rows cached for the old table must go.
+        if self.retired_cfs().contains(&cf) {
+            self.cache_changed_cfs();
+        }
         Ok(created)
     }
 
@@ -172,6 +176,8 @@ impl Engine {
         // Rowids restart at 0 from now on; even if dropping the old CF fails.
         self.row_locks().forget_cf(cf);
         self.lsn_book.forget(old.cf);
+        // Same (db, rel), new rows: nothing cached for the old ones holds.
+        self.cache_changed_cfs();
         self.db
             .drop_cf(&old.name)
             .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
@@ -375,7 +381,17 @@ impl Engine {
         }
         self.row_locks().forget_cf(cf);
         self.lsn_book.forget(entry.cf);
+        // Its cached rows stay until (db, rel) is created again (row_cache.rs).
+        self.retired_cfs().insert(cf);
         Ok(())
+    }
+
+    /// Tables dropped since the engine opened: creating one again retires
+    /// every cached row (see `cache_changed_cfs`). Other DDL leaves the row
+    /// cache alone, so dropping the old files of a TRUNCATE or a rewrite
+    /// does not empty it.
+    fn retired_cfs(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<CfRef>> {
+        self.retired_cfs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     // The map is only ever changed by single insert/remove calls, so a panic

@@ -91,6 +91,7 @@ pub struct Engine {
     lsn_book: Arc<LsnBook>,
     background_error: Arc<stall::BackgroundError>,
     row_cache: Option<RowCache>,
+    retired_cfs: Mutex<std::collections::HashSet<CfRef>>,
     durability: Durability,
     opened_clean: bool,
     _block_cache: Cache,
@@ -262,6 +263,7 @@ impl Engine {
             lsn_book,
             background_error,
             row_cache: cfg.row_cache,
+            retired_cfs: Mutex::new(std::collections::HashSet::new()),
             durability: cfg.durability,
             opened_clean,
             _block_cache: block_cache,
@@ -282,7 +284,8 @@ impl Engine {
         self.row_cache
     }
 
-    /// After a CF was created, dropped, emptied or filled wholesale: no
+    /// After a table's (db, rel) got new rows other than by writes: a
+    /// TRUNCATE, a copy, or a relfilenumber created again after a drop. No
     /// answer cached before is returned again (row_cache.rs).
     pub fn cache_changed_cfs(&self) {
         if let Some(cache) = &self.row_cache {
