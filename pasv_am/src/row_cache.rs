@@ -365,26 +365,29 @@ impl RowCache {
         let set = self.set(index);
         let version = lock(set);
         let generation = self.header().generation.load(Ordering::SeqCst);
-        let mut scratch = [0u8; MAX_ANSWER];
-        let found = self.find(set, cf, rowid, generation as u32);
-        let merged = match found {
-            Some(way) => {
-                let head = &set.heads[way];
-                let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-                let mut old = [0u8; MAX_ANSWER];
-                copy_out(set, way, meta.len, &mut old);
-                self.invalidate(set, way);
-                merge(&old[..meta.len], meta.complete, ops, &mut scratch)
+        SCRATCH.with(|scratch| {
+            // Per engine thread, not zeroed per call: every row of a bulk
+            // insert comes through here.
+            let (old, new) = &mut *scratch.borrow_mut();
+            let found = self.find(set, cf, rowid, generation as u32);
+            let merged = match found {
+                Some(way) => {
+                    let head = &set.heads[way];
+                    let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+                    copy_out(set, way, meta.len, &mut old[..]);
+                    self.invalidate(set, way);
+                    merge(&old[..meta.len], meta.complete, ops, &mut new[..])
+                }
+                None if fresh => match ops {
+                    [RowOp { key, value: Some(value) }] => encode(&[(key, value)], &mut new[..]).map(|len| (len, true)),
+                    _ => None,
+                },
+                None => None,
+            };
+            if let Some((len, complete)) = merged {
+                self.store(set, cf, rowid, generation, &new[..len], complete);
             }
-            None if fresh => match ops {
-                [RowOp { key, value: Some(value) }] => encode(&[(key, value)], &mut scratch).map(|len| (len, true)),
-                _ => None,
-            },
-            None => None,
-        };
-        if let Some((len, complete)) = merged {
-            self.store(set, cf, rowid, generation, &scratch[..len], complete);
-        }
+        });
         set.lock.store(version + 2, Ordering::SeqCst);
     }
 
@@ -446,6 +449,12 @@ impl RowCache {
         head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
         head.seq.store(seq + 2, Ordering::Release);
     }
+}
+
+thread_local! {
+    /// `write`'s buffers: the cached answer and the merged one.
+    static SCRATCH: std::cell::RefCell<(Box<[u8; MAX_ANSWER]>, Box<[u8; MAX_ANSWER]>)> =
+        std::cell::RefCell::new((Box::new([0; MAX_ANSWER]), Box::new([0; MAX_ANSWER])));
 }
 
 fn cf_word(cf: CfRef) -> u64 {

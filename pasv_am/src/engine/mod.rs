@@ -87,6 +87,8 @@ pub struct Engine {
     ddl: Mutex<Ddl>,
     row_locks: Mutex<RowLockTable>,
     write_options: WriteOptions,
+    /// `write_options` without `no_slowdown`: for writes RocksDB delays.
+    paced_write_options: WriteOptions,
     cf_options: Options,
     lsn_book: Arc<LsnBook>,
     background_error: Arc<stall::BackgroundError>,
@@ -249,6 +251,9 @@ impl Engine {
         // that refuses every later write to any CF. `put_batch_at` checks
         // afterwards whether its CF still exists.
         write_options.set_ignore_missing_column_families(true);
+        let mut paced_write_options = WriteOptions::default();
+        paced_write_options.disable_wal(cfg.durability != Durability::EngineWal);
+        paced_write_options.set_ignore_missing_column_families(true);
         // A stall comes back at once; `write_batch` waits it out unless
         // only free disk space can end it (stall.rs).
         write_options.set_no_slowdown(true);
@@ -259,6 +264,7 @@ impl Engine {
             ddl: Mutex::new(Ddl { next_incarnation }),
             row_locks: Mutex::new(RowLockTable::new()),
             write_options,
+            paced_write_options,
             cf_options: options,
             lsn_book,
             background_error,

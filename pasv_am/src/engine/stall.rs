@@ -9,10 +9,11 @@
 //! for free space. A backend's INSERT then hung inside the engine instead of
 //! getting PostgreSQL's "disk full" error (`tests/disk_full.sh`, 3 of 5 runs
 //! in session 6). Every write therefore asks RocksDB not to wait
-//! (`no_slowdown`): a stall comes back as `Incomplete`, and the engine
-//! retries after a short sleep, as RocksDB would have waited, unless a
-//! background error is unresolved; then the write fails with that error's
-//! text (ENOSPC: SQLSTATE 53100 in the backend).
+//! (`no_slowdown`): a stall comes back as `Incomplete`. While a background
+//! error is unresolved, the write fails with that error's text (ENOSPC:
+//! SQLSTATE 53100 in the backend). Otherwise a stop is waited out by
+//! retrying after short sleeps, and a slowdown by writing again without
+//! `no_slowdown`, so RocksDB paces it as it would have.
 //!
 //! Invariants:
 //! * A background error is unresolved from RocksDB's `OnBackgroundError`
@@ -129,10 +130,22 @@ impl Engine {
                             reason,
                         });
                     }
-                    // An ordinary stall (too many memtables or L0 files):
-                    // RocksDB's own flushes and compactions end it.
-                    std::thread::sleep(sleep);
-                    sleep = (sleep * 2).min(MAX_STALL_SLEEP);
+                    if self.writes_stopped() {
+                        // A stop (too many memtables or L0 files): RocksDB's
+                        // own flushes and compactions end it, or a background
+                        // error comes, which the next try reports.
+                        std::thread::sleep(sleep);
+                        sleep = (sleep * 2).min(MAX_STALL_SLEEP);
+                        continue;
+                    }
+                    // A slowdown: RocksDB paces the write itself (with
+                    // `no_slowdown` a delayed write would never go through).
+                    // The one case left to wait on is a stop that begins
+                    // and fails for lack of space during this very write.
+                    return self
+                        .db
+                        .write_opt(build(), &self.paced_write_options)
+                        .map_err(|source| EngineError::RocksDb { context: context(), source });
                 }
                 result => {
                     return result.map_err(|source| EngineError::RocksDb {
@@ -160,5 +173,10 @@ impl Engine {
             },
             context,
         )
+    }
+
+    /// Whether RocksDB stops writes now (as opposed to slowing them down).
+    fn writes_stopped(&self) -> bool {
+        matches!(self.db.property_int_value("rocksdb.is-write-stopped"), Ok(Some(n)) if n > 0)
     }
 }
