@@ -302,14 +302,7 @@ impl RowCache {
             {
                 continue;
             }
-            let words = meta.len.div_ceil(8);
-            let first = way * WAY_WORDS;
-            for (i, word) in set.data[first..first + words].iter().enumerate() {
-                let bytes = word.load(Ordering::Relaxed).to_le_bytes();
-                let at = i * 8;
-                let n = (meta.len - at).min(8);
-                out[at..at + n].copy_from_slice(&bytes[..n]);
-            }
+            copy_out(set, way, meta.len, out);
             fence(Ordering::Acquire);
             if head.seq.load(Ordering::Relaxed) != seq {
                 return None;

@@ -126,9 +126,7 @@ fn execute(
             Response::Ok
         }
         Request::CopyCf { from, to_rel } => {
-            let copied = engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel });
-            engine.cache_changed_cfs();
-            copied?;
+            engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel })?;
             Response::Ok
         }
         Request::SyncWal => {

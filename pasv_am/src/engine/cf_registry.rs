@@ -226,8 +226,14 @@ impl Engine {
     /// crash after the transaction commits finds it on disk, and messages
     /// logged before `to` was created never replay into it). Flags are not
     /// copied; `to` gets its own at its next commit. Returns the entries
-    /// copied.
+    /// copied. Rows cached for `to` are retired, whether or not it succeeds.
     pub fn copy_cf(&self, from: CfRef, to: CfRef) -> Result<u64, EngineError> {
+        let copied = self.copy_rows(from, to);
+        self.cache_changed_cfs();
+        copied
+    }
+
+    fn copy_rows(&self, from: CfRef, to: CfRef) -> Result<u64, EngineError> {
         let _ddl = self.lock_ddl();
         let source = self.lookup(from).ok_or(EngineError::NoSuchCf(from))?;
         let target = self.lookup(to).ok_or(EngineError::NoSuchCf(to))?;
