@@ -7,7 +7,7 @@
 #   4. pg_regress (sql/schedule_nopreload) on a fresh cluster without it, and
 #      (sql/schedule_engine_down) on one whose engine cannot open RocksDB
 #   5. scripted tests on fresh clusters: the pgbench invariant, durability
-#      modes, posted writes, base backup, disk full, crash ledger, and the
+#      modes, posted writes, scan read-ahead, base backup, disk full, crash ledger, and the
 #      differential crash tester (tests/)
 # The last line is `tests: N passed, M failed` (cargo unit tests + pg_regress
 # tests; a step that fails without a test count, e.g. a build error or a broken
@@ -30,7 +30,7 @@ TEST_DIR=$PASV_HOME/test
 TEST_DB=pasv_regress
 TEST_CLUSTERS=("$TEST_DIR/data" "$TEST_DIR/nopreload" "$TEST_DIR/enginedown" "$TEST_DIR/pgbench" "$TEST_DIR/crash"
   "$TEST_DIR/modes-pasv" "$TEST_DIR/modes-naive" "$TEST_DIR/modes-engine_wal" "$TEST_DIR/modes-unlogged" "$TEST_DIR/modes-pasv-replica"
-  "$TEST_DIR/diffcrash" "$TEST_DIR/backup" "$TEST_DIR/diskfull" "$TEST_DIR/posted")
+  "$TEST_DIR/diffcrash" "$TEST_DIR/backup" "$TEST_DIR/diskfull" "$TEST_DIR/posted" "$TEST_DIR/readahead")
 t0=$SECONDS
 
 # A step that failed without per-test counts: one failure.
@@ -263,6 +263,16 @@ run_posted_writes() {
     "$PASV_HOME/venv/bin/python" "$PASV_ROOT/tests/posted_writes.py" --host "$PASV_RUN" --port "$port"
 }
 
+# tests/read_ahead.py: sequential scans that read their next batch ahead
+# return heap's rows while other sessions and their own transaction write
+# between batches (src/ipc/HOT_PATH.md §15).
+run_read_ahead() {
+  local port=$1
+  ensure_traversable "$(readlink -f "$PASV_HOME/venv/bin/python")"
+  run_on_fresh_cluster "scan read-ahead" "$TEST_DIR/readahead" "$port" "" \
+    "$PASV_HOME/venv/bin/python" "$PASV_ROOT/tests/read_ahead.py" --host "$PASV_RUN" --port "$port"
+}
+
 # tests/open_files.sh: 300 SST files in 100 tables, the server restarted under
 # a soft limit of 256 open files.
 run_open_files() {
@@ -319,6 +329,7 @@ else
     run_pgbench_invariant "$((PASV_TEST_PORT + 3))"
     run_durability_modes "$((PASV_TEST_PORT + 4))"
     run_posted_writes "$((PASV_TEST_PORT + 10))"
+    run_read_ahead "$((PASV_TEST_PORT + 12))"
     run_open_files "$((PASV_TEST_PORT + 11))"
     run_base_backup "$((PASV_TEST_PORT + 7))"
     run_disk_full "$((PASV_TEST_PORT + 9))"

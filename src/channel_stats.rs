@@ -75,8 +75,15 @@ fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value
         ("backend_wakes", &e.backend_wakes),
     ]
     .map(|(n, c)| (n.to_string(), c.load(Ordering::Relaxed) as i64));
-    let waited: u64 = (0..chan.nslots()).map(|i| chan.slot(i).stats.waited_for_previous.load(Ordering::Relaxed)).sum();
-    TableIterator::new(rows.into_iter().chain(std::iter::once(("submits_behind_a_posted_request".to_string(), waited as i64))))
+    let sum = |counter: fn(&crate::ipc::SlotStats) -> &std::sync::atomic::AtomicU64| -> i64 {
+        (0..chan.nslots()).map(|i| counter(&chan.slot(i).stats).load(Ordering::Relaxed) as i64).sum()
+    };
+    let slots = [
+        ("submits_behind_a_posted_request", sum(|s| &s.waited_for_previous)),
+        ("read_aheads_discarded", sum(|s| &s.ahead_discarded)),
+    ]
+    .map(|(n, v)| (n.to_string(), v));
+    TableIterator::new(rows.into_iter().chain(slots))
 }
 
 /// The row cache's counters since the server started (every backend):

@@ -374,23 +374,54 @@ pub fn scan_into(
     flush_pending()?;
     crate::replay::wait_for_recovery();
     check_posted()?;
-    let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     let req = Request::Scan { cf, start, end, max_entries, per_row };
-    client::call(
-        |out| {
-            protocol::encode_request(&req, out)
-                .map_err(|_| ChannelError::RequestTooLarge { needed: available + 1, available })
-        },
-        |bytes| match protocol::decode_response(bytes) {
-            Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
-            Ok(Response::Entries { .. }) => {
-                dest[..bytes.len()].copy_from_slice(bytes);
-                Ok(ScanCopied { len: bytes.len() })
-            }
-            Ok(_) => Err(CallError::Unexpected("Scan")),
-            Err(e) => Err(CallError::Protocol(e.to_string())),
-        },
-    )?
+    client::call(encode_scan(&req), |bytes| copy_entries(bytes, dest))?
+}
+
+fn encode_scan<'a>(req: &'a Request<'a>) -> impl FnOnce(&mut [u8]) -> Result<usize, ChannelError> + 'a {
+    move |out| {
+        let available = out.len();
+        protocol::encode_request(req, out).map_err(|_| ChannelError::RequestTooLarge { needed: available + 1, available })
+    }
+}
+
+/// Copy a scan's answer (an `Entries` response) into `dest`.
+fn copy_entries(bytes: &[u8], dest: &mut [u8]) -> Result<ScanCopied, CallError> {
+    match protocol::decode_response(bytes) {
+        Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
+        Ok(Response::Entries { .. }) => {
+            dest[..bytes.len()].copy_from_slice(bytes);
+            Ok(ScanCopied { len: bytes.len() })
+        }
+        Ok(_) => Err(CallError::Unexpected("Scan")),
+        Err(e) => Err(CallError::Protocol(e.to_string())),
+    }
+}
+
+/// Ask for the scan `scan_into(cf, start, end, 0, per_row, _)` would make,
+/// without waiting for it: the engine reads while the backend works through
+/// the batch it has (double buffering). Returns the ticket for
+/// [`take_scan_ahead`].
+///
+/// The read-ahead runs in the backend's read-ahead slot, beside (and in no
+/// set order with) the requests of its main slot, so it may miss writes
+/// this backend sends after it, or sends before it but are still in
+/// flight. A stream may read ahead only when such writes cannot change
+/// what it returns: an MVCC reader whose first batch was read synchronously
+/// (which sent and applied every earlier write of this backend). Every
+/// later write of this backend belongs to the reader's own command or a
+/// later one, and every write of another backend that is not applied yet
+/// commits after the reader's snapshot: the snapshot sees neither.
+pub fn scan_ahead(cf: CfRef, start: &[u8], end: &[u8], per_row: u32) -> Result<u64, CallError> {
+    crate::replay::wait_for_recovery();
+    let req = Request::Scan { cf, start, end, max_entries: 0, per_row };
+    Ok(client::post_ahead(encode_scan(&req))?)
+}
+
+/// The answer to read-ahead `ticket` copied into `dest`, or `None` when
+/// another read-ahead of this backend displaced it (ask with `scan_into`).
+pub fn take_scan_ahead(ticket: u64, dest: &mut [u8]) -> Result<Option<ScanCopied>, CallError> {
+    client::take_ahead(ticket, |bytes| copy_entries(bytes, dest))?.transpose()
 }
 
 /// The row cache's answer to the one-row read `scan_into(cf, row_range(rowid,

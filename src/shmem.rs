@@ -53,14 +53,15 @@ fn pg_control_says_crashed() -> bool {
 }
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
-/// One slot per PGPROC: `MyProc->pgprocno` indexes the slot array.
+/// Two slots per PGPROC: `MyProc->pgprocno` indexes the main slots, and
+/// the read-ahead slots follow them (`ipc::Channel::ahead_slot`).
 fn layout() -> Layout {
     // SAFETY: MaxBackends and max_prepared_xacts are final once
     // shmem_request_hook runs (and in every later process).
     let nslots = unsafe {
         pg_sys::MaxBackends as usize + pg_sys::NUM_AUXILIARY_PROCS as usize + max_prepared_xacts as usize
     };
-    Layout::new(nslots, crate::guc::channel_buffer_bytes())
+    Layout::new(2 * nslots, crate::guc::channel_buffer_bytes())
 }
 
 /// # Safety

@@ -50,15 +50,27 @@ thread_local! {
     // The answer of a checked post, kept for `take_posted_answer` when the
     // slot was needed for the next request before anybody asked.
     static POSTED_ANSWER: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
-    // What this process's slot had counted before its first request (the
-    // slot's earlier owners), so a backend can tell its own round trips.
+    // The ticket (and request kind) of the read-ahead (`post_ahead`) whose
+    // answer is still in this process's read-ahead slot; ticket 0 when none
+    // is: the next read-ahead displaces it.
+    static AHEAD: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
+    static LAST_TICKET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    // What this process's slots had counted before its first request (the
+    // slots' earlier owners), so a backend can tell its own round trips.
     static BASELINE: std::cell::RefCell<Option<Vec<super::KindStats>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// This process's own channel counters (its slot's, minus earlier owners').
+/// What process `i`'s two slots have counted, by request kind.
+fn slot_pair_stats(chan: &Channel, i: usize) -> Vec<super::KindStats> {
+    let main = chan.slot(i).stats.snapshot();
+    let ahead = chan.slot(chan.ahead_slot(i)).stats.snapshot();
+    main.iter().zip(&ahead).map(|(m, a)| std::array::from_fn(|j| m[j] + a[j])).collect()
+}
+
+/// This process's own channel counters (its slots', minus earlier owners').
 pub fn my_stats() -> Option<Vec<super::KindStats>> {
     let chan = channel()?;
-    let now = chan.slot(my_slot(&chan).ok()?).stats.snapshot();
+    let now = slot_pair_stats(&chan, my_slot(&chan).ok()?);
     let base = BASELINE.with(|b| b.borrow().clone()).unwrap_or_else(|| now.clone());
     Some(now.iter().zip(&base).map(|(n, b)| std::array::from_fn(|j| n[j].saturating_sub(b[j]))).collect())
 }
@@ -88,7 +100,7 @@ fn my_slot(chan: &Channel) -> Result<usize, ChannelError> {
         }
         (*pg_sys::MyProc).pgprocno
     };
-    if procno < 0 || procno as usize >= chan.nslots() {
+    if procno < 0 || procno as usize >= chan.procs() {
         return Err(ChannelError::NoSlot);
     }
     Ok(procno as usize)
@@ -247,10 +259,16 @@ pub fn call<R>(
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let i = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
-    let kind = submit(&chan, i, fill, false)?;
+    let kind = submit(&chan, i, fill, Submit::Call)?;
+    answer(&chan, i, kind, read)
+}
+
+/// Wait for slot `i`'s answer to a request of `kind` and hand it to `read`
+/// inside the slot buffer, counting bytes and sleeps.
+fn answer<R>(chan: &Channel, i: usize, kind: usize, read: impl FnOnce(&[u8]) -> R) -> Result<R, ChannelError> {
     let waiting = &chan.header().waiting_calls;
     waiting.fetch_add(1, Ordering::Relaxed);
-    let slept = wait_done(&chan, i);
+    let slept = wait_done(chan, i);
     waiting.fetch_sub(1, Ordering::Relaxed);
     let slept = slept?;
     let slot = chan.slot(i);
@@ -260,9 +278,46 @@ pub fn call<R>(
     if slept {
         stats.slept[kind].fetch_add(1, Ordering::Relaxed);
     }
-    // SAFETY: DONE: the engine is finished with the buffer (Acquire above).
+    // SAFETY: DONE: the engine is finished with the buffer (Acquire in
+    // wait_done), and no later request was submitted.
     let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) };
     Ok(read(answer))
+}
+
+/// Submit a read whose answer this backend will probably want next (a
+/// scan's next batch) into its read-ahead slot and go on: the engine reads
+/// while the backend works on what it has, and while its main slot's
+/// requests run. Returns the ticket to claim the answer with
+/// [`take_ahead`]. The answer stays in the slot until the next read-ahead
+/// (of any stream of this backend), which waits for it and discards it.
+pub fn post_ahead(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<u64, ChannelError> {
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let i = chan.ahead_slot(my_slot(&chan)?);
+    wait_engine_ready(&chan)?;
+    if AHEAD.with(|a| a.get()).0 != 0 {
+        chan.slot(i).stats.ahead_discarded.fetch_add(1, Ordering::Relaxed);
+    }
+    let kind = submit(&chan, i, fill, Submit::Ahead)?;
+    let ticket = LAST_TICKET.with(|t| {
+        t.set(t.get() + 1);
+        t.get()
+    });
+    AHEAD.with(|a| a.set((ticket, kind)));
+    Ok(ticket)
+}
+
+/// The answer to read-ahead `ticket`, waited for if still in flight and
+/// handed to `read` inside the slot buffer; `None` when another read-ahead
+/// displaced it (or it was taken already).
+pub fn take_ahead<R>(ticket: u64, read: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, ChannelError> {
+    let (outstanding, kind) = AHEAD.with(|a| a.get());
+    if ticket == 0 || outstanding != ticket {
+        return Ok(None);
+    }
+    AHEAD.with(|a| a.set((0, 0)));
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    let i = chan.ahead_slot(my_slot(&chan)?);
+    answer(&chan, i, kind, read).map(Some)
 }
 
 /// Submit a request and do not wait for its answer (fire and forget): for
@@ -278,7 +333,7 @@ pub fn post(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Resu
     if !engine_alive(&chan) {
         return Err(ChannelError::EngineDown);
     }
-    submit(&chan, i, fill, true).map(|_| ())
+    submit(&chan, i, fill, Submit::Post).map(|_| ())
 }
 
 /// Submit a request whose answer matters but need not be waited for now
@@ -289,7 +344,7 @@ pub fn post_checked(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>)
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     let i = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
-    submit(&chan, i, fill, true)?;
+    submit(&chan, i, fill, Submit::Post)?;
     CHECK_OUTSTANDING.with(|c| c.set(true));
     Ok(())
 }
@@ -323,18 +378,31 @@ fn keep_posted_answer(chan: &Channel, i: usize) {
     }
 }
 
+/// How a request is submitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Submit {
+    /// Waited for now ([`call`]).
+    Call,
+    /// Not waited for: a write or a notice ([`post`], [`post_checked`]).
+    /// Fences of other backends wait for it.
+    Post,
+    /// A read-ahead ([`post_ahead`]) into the read-ahead slot: not waited
+    /// for now, and no fence waits for it (it writes nothing).
+    Ahead,
+}
+
 /// Write a request into slot `i` (after any earlier request on it is DONE)
 /// and hand it to the engine; returns the request's kind (its op byte).
 fn submit(
     chan: &Channel,
     i: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
-    posted: bool,
+    how: Submit,
 ) -> Result<usize, ChannelError> {
     let slot = chan.slot(i);
     BASELINE.with(|b| {
         if b.borrow().is_none() {
-            *b.borrow_mut() = Some(slot.stats.snapshot());
+            *b.borrow_mut() = my_slot(chan).ok().map(|me| slot_pair_stats(chan, me));
         }
     });
     // A request abandoned by an earlier cancel, or posted, may still be in flight.
@@ -343,16 +411,18 @@ fn submit(
         slot.stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
         wait_done(chan, i)?;
     }
-    keep_posted_answer(chan, i);
+    if how != Submit::Ahead {
+        keep_posted_answer(chan, i);
+    }
     // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
     let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_bytes()) };
     let len = fill(out)?;
     let kind = usize::from(out[0]) % super::REQUEST_KINDS;
     let stats = &slot.stats;
-    if posted { &stats.posted[kind] } else { &stats.calls[kind] }.fetch_add(1, Ordering::Relaxed);
+    if how == Submit::Call { &stats.calls[kind] } else { &stats.posted[kind] }.fetch_add(1, Ordering::Relaxed);
     stats.bytes_sent[kind].fetch_add(len as u64, Ordering::Relaxed);
     slot.request_len.store(len as u32, Ordering::Relaxed);
-    slot.posted.store(u32::from(posted), Ordering::SeqCst);
+    slot.posted.store(u32::from(how == Submit::Post), Ordering::SeqCst);
     slot.seq.fetch_add(1, Ordering::SeqCst);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);

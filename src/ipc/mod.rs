@@ -6,8 +6,10 @@
 //! ```text
 //! ChannelHeader | SlotHeader × nslots (64-byte aligned) | buffer × nslots (buffer_bytes each, 4 KiB aligned)
 //! ```
-//! A slot belongs to the process whose `PGPROC` number is its index
-//! (`MyProc->pgprocno`), so a backend never competes for its slot.
+//! Each process has two slots: its main one, whose index is its `PGPROC`
+//! number (`MyProc->pgprocno`), and its read-ahead slot, `nslots / 2`
+//! further on, which carries only scans' read-aheads. A backend never
+//! competes for its slots.
 //!
 //! # Protocol (one request in flight per slot)
 //! ```text
@@ -30,6 +32,16 @@
 //! * A backend interrupted while waiting (query cancel) leaves its slot
 //!   `SUBMITTED`/`CLAIMED`; its next request first waits for that stale
 //!   request to finish (`DONE`) and discards the answer.
+//! * A backend may leave a request unwaited: a *post* (a write whose outcome
+//!   is decided; its answer is copied aside when the next request needs the
+//!   buffer; `posted` is 1 so other backends' fences wait for it). The next
+//!   submit waits for `DONE` first, so the requests of one backend's main
+//!   slot run in the order it sent them.
+//! * A *read-ahead* (a scan's next batch) goes into the read-ahead slot and
+//!   may run beside the main slot's requests, in any order with them. That
+//!   is sound only for what the reader cannot see: see
+//!   `engine_client::scan_ahead`. Its answer is taken in place, or
+//!   discarded when the next read-ahead is submitted.
 
 pub mod client;
 pub mod futex;
@@ -212,6 +224,8 @@ pub struct SlotStats {
     pub bytes_received: [AtomicU64; REQUEST_KINDS],
     /// Submits that had to wait for an earlier (posted or cancelled) request.
     pub waited_for_previous: AtomicU64,
+    /// Read-aheads nobody took: the next one was submitted first.
+    pub ahead_discarded: AtomicU64,
 }
 
 /// One request kind's counters: calls, posted, slept, bytes sent, bytes received.
@@ -322,6 +336,17 @@ impl Channel {
 
     pub fn nslots(&self) -> usize {
         self.layout.nslots
+    }
+
+    /// Processes with slots: each has a main slot below this number and a
+    /// read-ahead slot at [`Channel::ahead_slot`].
+    pub fn procs(&self) -> usize {
+        self.layout.nslots / 2
+    }
+
+    /// The read-ahead slot of the process whose main slot is `i`.
+    pub fn ahead_slot(&self, i: usize) -> usize {
+        i + self.procs()
     }
 
     pub fn buffer_bytes(&self) -> usize {

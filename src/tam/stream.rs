@@ -70,8 +70,23 @@ pub struct RowStream {
     /// aborted (or crashed).
     newer_aborted: bool,
     /// The reader of the current `next_row` uses an MVCC snapshot, so a
-    /// one-row read may be answered from the row cache.
+    /// one-row read may be answered from the row cache, and a range may be
+    /// read ahead.
     mvcc: bool,
+    /// The range spans more than one row.
+    wide: bool,
+    /// Batches fetched since the range was set.
+    batches: u32,
+    /// The read-ahead in flight (`engine_client::scan_ahead`): its ticket
+    /// (0: none), and the start and per-row limit it asked with (its answer
+    /// is used only if the stream asks for exactly that next).
+    ahead: u64,
+    ahead_start: [u8; ROW_KEY_LEN],
+    ahead_per_row: u32,
+    /// A read-ahead of this range was displaced by another stream's (two
+    /// scans advancing in turn, as in a merge join): reading ahead here
+    /// wastes the engine's work, so the stream stops doing it.
+    ahead_displaced: bool,
 }
 
 /// The row an MVCC scan or fetch handed out last, while the bytes it points
@@ -161,6 +176,12 @@ impl RowStream {
             dead_bits: 0,
             newer_aborted: false,
             mvcc: false,
+            wide: true,
+            batches: 0,
+            ahead: 0,
+            ahead_start: lo,
+            ahead_per_row: 0,
+            ahead_displaced: false,
         }
     }
 
@@ -198,6 +219,10 @@ impl RowStream {
         self.rewound = false;
         self.dead_base = lo;
         self.dead_bits = 0;
+        self.wide = hi > lo.saturating_add(1);
+        self.batches = 0;
+        self.ahead = 0; // abandoned: the next request discards its answer
+        self.ahead_displaced = false;
     }
 
     /// Whether `rowid`, in the range the stream was last set to (its first
@@ -244,9 +269,12 @@ impl RowStream {
         };
         let copied = match cached {
             Some(c) => c,
-            None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
-                Ok(c) => c,
-                Err(e) => e.raise(doing),
+            None => match self.take_ahead(dest, doing) {
+                Some(c) => c,
+                None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
+                    Ok(c) => c,
+                    Err(e) => e.raise(doing),
+                },
             },
         };
         let bytes = std::slice::from_raw_parts(self.buf as *const u8, copied.len);
@@ -279,6 +307,38 @@ impl RowStream {
             } else {
                 self.more = false;
             }
+        }
+        self.batches += 1;
+        // From the second batch on (a LIMIT often stops within the first;
+        // and the first, read synchronously, applied this backend's earlier
+        // writes: see `scan_ahead`), the engine reads the next batch while
+        // this one is worked through.
+        if self.more && self.mvcc && self.wide && self.batches >= 2 && !self.ahead_displaced {
+            match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row) {
+                Ok(ticket) => {
+                    self.ahead = ticket;
+                    self.ahead_start = self.next_start;
+                    self.ahead_per_row = self.per_row;
+                }
+                Err(e) => e.raise(doing),
+            }
+        }
+    }
+
+    /// The answer of the read-ahead in flight, copied into `dest`, if it
+    /// asked for what the stream needs now.
+    fn take_ahead(&mut self, dest: &mut [u8], doing: &str) -> Option<engine_client::ScanCopied> {
+        let ticket = std::mem::take(&mut self.ahead);
+        if ticket == 0 || self.ahead_start != self.next_start || self.ahead_per_row != self.per_row {
+            return None; // a rewind or skip moved the start: it is abandoned
+        }
+        match engine_client::take_scan_ahead(ticket, dest) {
+            Ok(None) => {
+                self.ahead_displaced = true;
+                None
+            }
+            Ok(taken) => taken,
+            Err(e) => e.raise(doing),
         }
     }
 
@@ -428,9 +488,13 @@ impl RowStream {
 
     /// If the rest of this batch holds only older versions of `rowid`,
     /// resume the next fetch at the following row instead of reading them.
+    /// A read-ahead in flight already starts within the row: it is kept,
+    /// and the older versions it brings are passed over as decided.
     unsafe fn skip_rest_of(&mut self, rowid: u64) {
         if self.count > 0 && self.more && (*self.index.add(self.count - 1)).rowid == rowid && rowid < keys::MAX_ROWID {
-            self.next_start = keys::row_key(rowid + 1, u32::MAX);
+            if self.ahead == 0 {
+                self.next_start = keys::row_key(rowid + 1, u32::MAX);
+            }
             self.pos = self.count;
         }
     }
