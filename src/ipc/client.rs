@@ -426,9 +426,13 @@ fn submit(
     slot.seq.fetch_add(1, Ordering::SeqCst);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
+    let h = chan.header();
+    if how == Submit::Ahead {
+        // Before SUBMITTED: the count is never below the unclaimed ones.
+        h.aheads_unclaimed.fetch_add(1, Ordering::SeqCst);
+    }
     // Release: the request bytes become visible to the engine's Acquire CAS.
     slot.state.store(SUBMITTED, Ordering::SeqCst);
-    let h = chan.header();
     h.doorbell.fetch_add(1, Ordering::SeqCst);
     if h.sleeping_servers.load(Ordering::SeqCst) > 0 && h.idle_pollers.load(Ordering::SeqCst) == 0 {
         futex::wake(&h.doorbell, 1);

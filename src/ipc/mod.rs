@@ -128,6 +128,12 @@ pub struct ChannelHeader {
     pub long_spinners: AtomicU32,
     /// Backends waiting for the answer to a call right now.
     pub waiting_calls: AtomicU32,
+    /// Read-aheads submitted and not yet claimed by a service thread (a
+    /// backend adds one before its read-ahead slot becomes SUBMITTED, the
+    /// thread that claims it takes one off): service threads poll the
+    /// read-ahead slots only while it is above zero, so an idle poll costs
+    /// one pass over the main slots, as the polling bounds assume.
+    pub aheads_unclaimed: AtomicI32,
     /// Incremented each time an engine finishes starting (diagnostics).
     pub engine_generation: AtomicU64,
     /// Engine-side counters (`pasv.engine_stats()`), since the postmaster

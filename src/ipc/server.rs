@@ -31,9 +31,9 @@ pub fn serve(
     mut handle: impl FnMut(&[u8], &mut [u8]) -> usize,
 ) {
     let header = chan.header();
-    let nslots = chan.nslots();
+    let procs = chan.procs();
     let mut request = Vec::with_capacity(chan.buffer_bytes());
-    let mut cursor = thread_index % nslots.max(1);
+    let mut cursor = thread_index % procs.max(1);
     let mut idle_polls = 0u32;
     // Counted in `idle_pollers` while polling with nothing to do.
     let mut polling = false;
@@ -41,9 +41,13 @@ pub fn serve(
     while !stop.load(Ordering::Relaxed) {
         let seen = header.doorbell.load(Ordering::SeqCst);
         let mut served_any = false;
-        for _ in 0..nslots {
-            let i = cursor;
-            cursor = if cursor + 1 == nslots { 0 } else { cursor + 1 };
+        // The main slots, and their read-ahead slots while any is submitted.
+        let passes = if header.aheads_unclaimed.load(Ordering::SeqCst) > 0 { 2 } else { 1 };
+        for n in 0..passes * procs {
+            let main = cursor;
+            cursor = if cursor + 1 == procs { 0 } else { cursor + 1 };
+            let ahead = n >= procs;
+            let i = if ahead { chan.ahead_slot(main) } else { main };
             let slot = chan.slot(i);
             if slot.state.load(Ordering::Relaxed) != SUBMITTED {
                 continue;
@@ -56,6 +60,9 @@ pub fn serve(
                 .is_err()
             {
                 continue; // another service thread took it
+            }
+            if ahead {
+                header.aheads_unclaimed.fetch_sub(1, Ordering::SeqCst);
             }
             let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
             let buf = chan.buffer_ptr(i);
