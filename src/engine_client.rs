@@ -179,6 +179,13 @@ pub fn copy_cf(from: CfRef, to_rel: u32) -> Result<(), CallError> {
     call(&Request::CopyCf { from, to_rel }, expect_ok("CopyCf"))
 }
 
+/// Copy every table of database `from` into the new database `to` (same
+/// relfilenumbers and rowids), durably: `CREATE DATABASE ... TEMPLATE`.
+pub fn copy_database(from: u32, to: u32) -> Result<(), CallError> {
+    let created_lsn = crate::wal::creation_point();
+    call(&Request::CopyDatabase { from, to, created_lsn }, expect_ok("CopyDatabase"))
+}
+
 /// Empty a table in place (its new incarnation keeps the kind); `logged`
 /// as for [`create_cf`].
 pub fn truncate_cf(cf: CfRef, logged: bool) -> Result<(), CallError> {

@@ -25,6 +25,7 @@ use pgrx::prelude::*;
 
 mod channel_stats;
 mod crash_point;
+mod database_copy;
 mod engine_client;
 mod engine_worker;
 mod error;
@@ -36,6 +37,7 @@ mod replay;
 mod shmem;
 mod sql_api;
 mod tam;
+mod utility_hook;
 mod verify;
 mod wal;
 mod wal_flush;
@@ -66,7 +68,7 @@ pub extern "C-unwind" fn _PG_init() {
         shmem::install_hooks();
         xact::register();
         tam::ddl::install_object_access_hook();
-        publication::install_hook();
+        utility_hook::install();
     }
     engine_worker::register();
 }

@@ -8,87 +8,23 @@
 //! names them (refusing it would refuse every such publication in a
 //! database that has a pasv table).
 //!
-//! Runs as a `ProcessUtility` hook, after PostgreSQL has executed `CREATE
-//! PUBLICATION` or `ALTER PUBLICATION`: the publication's relations are read
-//! back from the catalog, so every way of naming a table (a list, a
-//! partitioned parent, a schema) is covered. An ERROR here rolls the
+//! Runs from the `ProcessUtility` hook (`utility_hook.rs`), after
+//! PostgreSQL has executed `CREATE PUBLICATION` or `ALTER PUBLICATION`: the
+//! publication's relations are read back from the catalog, so every way of
+//! naming a table (a list, a partitioned parent, a schema) is covered. An ERROR here rolls the
 //! statement back.
 
 use crate::tam;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
-static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
-
 /// How many table names a message lists before "and N more".
 const NAMES_SHOWN: usize = 5;
-
-/// # Safety
-/// Called once from `_PG_init`.
-pub unsafe fn install_hook() {
-    PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
-    pg_sys::ProcessUtility_hook = Some(process_utility);
-}
-
-// PostgreSQL's own statement runs through a raw call, not pgrx's guarded
-// binding: the guard would turn any ERROR of the statement into a Rust panic
-// and raise it again, without its CONTEXT and error position (the core
-// suite's expected outputs showed the loss). Nothing with a destructor is
-// alive in `process_utility` across the call, so PostgreSQL's longjmp may
-// pass through it.
-extern "C-unwind" {
-    #[link_name = "standard_ProcessUtility"]
-    fn standard_process_utility_raw(
-        pstmt: *mut pg_sys::PlannedStmt,
-        query_string: *const std::ffi::c_char,
-        read_only_tree: bool,
-        context: pg_sys::ProcessUtilityContext::Type,
-        params: pg_sys::ParamListInfo,
-        query_env: *mut pg_sys::QueryEnvironment,
-        dest: *mut pg_sys::DestReceiver,
-        qc: *mut pg_sys::QueryCompletion,
-    );
-}
-
-/// Not `#[pg_guard]`: see above. Nothing here can panic; the checks run
-/// in [`check_publication`], which is guarded.
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query_string: *const std::ffi::c_char,
-    read_only_tree: bool,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    query_env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // The name is read before the statement runs (with read_only_tree
-    // false it may scribble on its tree); it lives in the statement's
-    // memory, which outlasts this call.
-    let stmt = (*pstmt).utilityStmt;
-    let publication: *const std::ffi::c_char = if stmt.is_null() {
-        std::ptr::null()
-    } else {
-        match (*stmt).type_ {
-            pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
-            pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
-            _ => std::ptr::null_mut(),
-        }
-    };
-    match PREV_PROCESS_UTILITY {
-        Some(prev) => prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
-        None => standard_process_utility_raw(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
-    }
-    if !publication.is_null() {
-        check_publication(publication);
-    }
-}
 
 /// ERROR if the publication names a pasv table; WARNING if it covers some
 /// through ALL TABLES or a schema.
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn check_publication(name: *const std::ffi::c_char) {
+pub(crate) unsafe extern "C-unwind" fn check_publication(name: *const std::ffi::c_char) {
     let publication = pg_sys::GetPublicationByName(name, true);
     if publication.is_null() {
         return;

@@ -15,7 +15,8 @@ use std::cell::{Cell, RefCell};
 pub enum Action {
     DropCf(CfRef),
     DropDatabase(u32),
-    /// DROP DATABASE failed: its replay worker may run again.
+    /// DROP DATABASE or CREATE DATABASE ... TEMPLATE failed: the
+    /// database's replay worker may run again.
     ResumeDatabase(u32),
 }
 
@@ -96,7 +97,7 @@ fn run(action: Action, when: When) {
             (result, format!("dropping the data of database {db}"))
         }
         Action::ResumeDatabase(db) => {
-            crate::replay::worker::resume_after_failed_drop(db);
+            crate::replay::worker::resume_worker(db);
             (Ok(()), String::new())
         }
     };

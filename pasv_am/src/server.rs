@@ -129,6 +129,10 @@ fn execute(
             engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel })?;
             Response::Ok
         }
+        Request::CopyDatabase { from, to, created_lsn } => {
+            engine.copy_database(from, to, created_lsn)?;
+            Response::Ok
+        }
         Request::SyncWal => {
             engine.sync_wal()?;
             Response::Ok

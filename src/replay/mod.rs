@@ -110,6 +110,19 @@ pub fn database_uses_pasv(db: u32) {
     }
 }
 
+/// Whether database `db` has a replay worker slot (it used pasv since the
+/// engine started, or has pasv tables).
+pub fn has_worker_slot(db: u32) -> bool {
+    client::channel().is_some_and(|chan| chan.header().db_slot(db).is_some())
+}
+
+/// Whether database `db` is being recovered (or its recovery failed): its
+/// tables may still lack committed rows.
+pub fn recovering(db: u32) -> bool {
+    let Some(chan) = client::channel() else { return false };
+    chan.header().db_slot(db).is_some_and(|slot| slot.recovery.load(Ordering::Acquire) != DB_READY)
+}
+
 /// The engine main thread's view of the replay workers.
 #[derive(Default)]
 pub struct Supervisor {

@@ -536,9 +536,10 @@ fn stall_until_stopped() {
     while Instant::now() < until && crate::ipc::client::worker_wait_latch(Duration::from_millis(100)) {}
 }
 
-/// Used by DROP DATABASE: make the database's worker leave (it holds a
-/// connection to it) and wait up to 10 s for it.
-pub fn stop_worker_for_drop(db: u32) {
+/// Make the database's worker leave (it holds a connection to it, which
+/// DROP DATABASE and CREATE DATABASE ... TEMPLATE refuse) and wait up to
+/// 10 s for it. The engine starts none again until [`resume_worker`].
+pub fn stop_worker(db: u32) {
     let Some(chan) = client::channel() else { return };
     let Some(slot) = chan.header().db_slot(db) else { return };
     slot.dropping.store(1, Ordering::Release);
@@ -560,8 +561,9 @@ pub fn stop_worker_for_drop(db: u32) {
     }
 }
 
-/// DROP DATABASE failed: let the engine start the worker again.
-pub fn resume_after_failed_drop(db: u32) {
+/// The statement that needed the worker away is over (a failed DROP
+/// DATABASE, a database copied): let the engine start it again.
+pub fn resume_worker(db: u32) {
     let Some(chan) = client::channel() else { return };
     if let Some(slot) = chan.header().db_slot(db) {
         slot.dropping.store(0, Ordering::Release);

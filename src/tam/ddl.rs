@@ -153,7 +153,7 @@ unsafe extern "C-unwind" fn object_access(
         // Its replay worker is connected to it and would make DROP DATABASE
         // fail ("being accessed by other users"): it leaves now and comes back
         // if the drop fails.
-        crate::replay::worker::stop_worker_for_drop(db);
+        crate::replay::worker::stop_worker(db);
         xact::schedule(Action::DropDatabase(db), xact::When::Commit);
         xact::schedule(Action::ResumeDatabase(db), xact::When::Abort);
     }

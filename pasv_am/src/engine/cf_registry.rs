@@ -157,6 +157,27 @@ impl Engine {
         Ok(victims.len())
     }
 
+    /// Copies every table of database `from` into database `to`, which has
+    /// none yet (`CREATE DATABASE ... TEMPLATE`, which copied the catalogs
+    /// and with them the relfilenumbers): each gets a CF of the same kind
+    /// (logged ones created at `created_lsn`) holding every row version
+    /// with the same keys, so the copied indexes point at the right rows;
+    /// logged copies are flushed before this returns ([`Engine::copy_cf`]).
+    /// Returns the number of tables copied.
+    pub fn copy_database(&self, from: u32, to: u32, created_lsn: u64) -> Result<usize, EngineError> {
+        let sources: Vec<(CfRef, bool)> = {
+            let _ddl = self.lock_ddl();
+            self.tables().iter().filter(|(key, _)| key.db == from).map(|(key, entry)| (*key, entry.cf.logged)).collect()
+        };
+        for &(source, logged) in &sources {
+            let target = CfRef { db: to, rel: source.rel };
+            self.create_cf_at(target, if logged { created_lsn } else { 0 }, logged)?;
+            self.copy_rows(source, target)?;
+        }
+        self.cache_changed_cfs();
+        Ok(sources.len())
+    }
+
     /// Empties the table: a new, empty incarnation of the same kind replaces
     /// the CF, and its rowids restart at 0. Returns the new incarnation.
     ///
@@ -563,6 +584,46 @@ mod tests {
         let (lo, hi) = all();
         assert_eq!(scan_all(&engine, to, &lo, &hi, 1 << 16, 0).0, before, "the copy was durable");
         assert!(engine.alloc_rowids(to, 1).unwrap() >= 501);
+    }
+
+    #[test]
+    fn copy_database_copies_every_table_with_its_kind_and_survives_a_crash() {
+        let dir = TempDir::new();
+        let logged = T;
+        let unlogged = CfRef { db: T.db, rel: T.rel + 1 };
+        let other_db = CfRef { db: T.db + 1, rel: T.rel + 2 };
+        let to = T.db + 10;
+        let all = || row_range(0, MAX_ROWID + 1);
+        let (lo, hi) = all();
+        let (before_logged, before_unlogged);
+        {
+            let engine = open(&dir);
+            engine.create_cf(logged).unwrap();
+            engine.create_cf_at(unlogged, 0, false).unwrap();
+            engine.create_cf(other_db).unwrap();
+            engine.alloc_rowids(logged, 300).unwrap();
+            put_rows(&engine, logged, 0..40);
+            engine.flush_cf(logged).unwrap();
+            put_rows(&engine, logged, 40..60); // memtable only
+            put_rows(&engine, unlogged, 0..7);
+            put_rows(&engine, other_db, 0..5);
+            before_logged = scan_all(&engine, logged, &lo, &hi, 1 << 16, 0).0;
+            before_unlogged = scan_all(&engine, unlogged, &lo, &hi, 1 << 16, 0).0;
+            assert_eq!(engine.copy_database(T.db, to, 0x500).unwrap(), 2, "the two tables of the source only");
+            let copy = |cf: CfRef| CfRef { db: to, rel: cf.rel };
+            assert_eq!(scan_all(&engine, copy(logged), &lo, &hi, 1 << 16, 0).0, before_logged);
+            assert_eq!(scan_all(&engine, copy(unlogged), &lo, &hi, 1 << 16, 0).0, before_unlogged);
+            assert_eq!(engine.table_cf(copy(logged)).map(|t| t.logged), Some(true));
+            assert_eq!(engine.table_cf(copy(unlogged)).map(|t| t.logged), Some(false));
+            assert_eq!(engine.table_cf(CfRef { db: to, rel: other_db.rel }), None, "another database's table stays");
+            // The source's reserved rowids are not handed out again in the copy.
+            assert_eq!(engine.alloc_rowids(copy(logged), 1).unwrap(), 300);
+            // Dropped without close: a crash.
+        }
+        let engine = open(&dir);
+        let copy = CfRef { db: to, rel: logged.rel };
+        assert_eq!(scan_all(&engine, copy, &lo, &hi, 1 << 16, 0).0, before_logged, "the logged copy was durable");
+        assert_eq!(scan_all(&engine, logged, &lo, &hi, 1 << 16, 0).0, before_logged, "the source is unchanged");
     }
 
     #[test]

@@ -39,13 +39,13 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=18 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=19 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, the target rel of `CopyCf`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, the target rel of `CopyCf`, the target database of `CopyDatabase`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
 //!
-//! then, for `CreateCf` and `TruncateCf`, created_lsn u64; the bodies of
+//! then, for `CreateCf`, `TruncateCf` and `CopyDatabase`, created_lsn u64; the bodies of
 //! `PutBatch`, `Scan`, `LockRow` and `Committed` are described in their
 //! families' files.
 //!
@@ -124,6 +124,7 @@ mod op {
     pub const FLUSH_CF: u8 = 16;
     pub const SYNC_WAL: u8 = 17;
     pub const COPY_CF: u8 = 18;
+    pub const COPY_DATABASE: u8 = 19;
 }
 
 /// The op byte of a `PutBatch` request (the channel's test hook delays these).
@@ -150,6 +151,7 @@ pub fn op_name(op: u8) -> Option<&'static str> {
         op::FLUSH_CF => "flush_cf",
         op::SYNC_WAL => "sync_wal",
         op::COPY_CF => "copy_cf",
+        op::COPY_DATABASE => "copy_database",
         _ => return None,
     })
 }
@@ -293,6 +295,14 @@ pub enum Request<'a> {
         from: CfRef,
         to_rel: u32,
     },
+    /// Copy every table of database `from` into database `to` (same
+    /// relfilenumbers, kinds and rowids; `CREATE DATABASE ... TEMPLATE`),
+    /// logged tables' copies created at `created_lsn` and made durable.
+    CopyDatabase {
+        from: u32,
+        to: u32,
+        created_lsn: u64,
+    },
 }
 
 /// The engine's answer.
@@ -359,6 +369,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::FlushCf(cf) => (op::FLUSH_CF, cf, 0),
         Request::SyncWal => (op::SYNC_WAL, zero, 0),
         Request::CopyCf { from, to_rel } => (op::COPY_CF, from, to_rel),
+        Request::CopyDatabase { from, to, .. } => (op::COPY_DATABASE, CfRef { db: from, rel: 0 }, to),
     };
     if matches!(
         request,
@@ -369,7 +380,9 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     }
     let needed = match *request {
         Request::PutBatch { batch, .. } => put_batch::request_len(batch),
-        Request::CreateCf { .. } | Request::TruncateCf { .. } => REQUEST_HEADER_LEN + LSN_LEN,
+        Request::CreateCf { .. } | Request::TruncateCf { .. } | Request::CopyDatabase { .. } => {
+            REQUEST_HEADER_LEN + LSN_LEN
+        }
         Request::Committed { rels, .. } => persistence::committed_request_len(rels),
         Request::Scan { start, end, .. } => scan::request_len(start, end)?,
         Request::LockRow { .. } => REQUEST_HEADER_LEN + LOCK_ROW_BODY_LEN,
@@ -384,7 +397,9 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     let body = &mut out[REQUEST_HEADER_LEN..];
     match *request {
         Request::PutBatch { lsn, batch, .. } => put_batch::write_body(body, lsn, batch),
-        Request::CreateCf { created_lsn, .. } | Request::TruncateCf { created_lsn, .. } => {
+        Request::CreateCf { created_lsn, .. }
+        | Request::TruncateCf { created_lsn, .. }
+        | Request::CopyDatabase { created_lsn, .. } => {
             body.copy_from_slice(&created_lsn.to_le_bytes());
         }
         Request::Committed { xid, commit_lsn, first_lsn, last_lsn, rels, release_locks, .. } => {
@@ -412,6 +427,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
     let (uses_db, uses_rel, uses_arg) = match code {
         op::PING | op::FLUSH_ALL | op::LIST_CFS | op::SYNC_WAL => (false, false, false),
         op::DROP_DATABASE => (true, false, false),
+        op::COPY_DATABASE => (true, false, true),
         op::COMMITTED => (true, false, true),
         op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
         op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE | op::COPY_CF => (true, true, true),
@@ -448,6 +464,11 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::FLUSH_CF => Request::FlushCf(cf),
         op::SYNC_WAL => Request::SyncWal,
         op::COPY_CF => Request::CopyCf { from: cf, to_rel: arg },
+        op::COPY_DATABASE => Request::CopyDatabase {
+            from: db,
+            to: arg,
+            created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)?,
+        },
         op::SCAN => scan::decode(buf, body, cf, arg)?,
         op::CF_INFO => Request::CfInfo(cf),
         op::LIST_CFS => Request::ListCfs,
@@ -686,6 +707,7 @@ mod tests {
             Request::FlushCf(cf()),
             Request::SyncWal,
             Request::CopyCf { from: cf(), to_rel: 99 },
+            Request::CopyDatabase { from: 5, to: 6, created_lsn: 0x1234 },
             Request::AllocRowids {
                 cf: cf(),
                 count: 1000,

@@ -1,0 +1,82 @@
+//! pasv's `ProcessUtility` hook: the utility statements pasv must act on
+//! beside PostgreSQL's own execution of them.
+//!
+//! * `CREATE PUBLICATION` / `ALTER PUBLICATION`: checked afterwards
+//!   (`publication.rs`).
+//! * `CREATE DATABASE`: the template's pasv tables are copied into the new
+//!   database (`database_copy.rs`).
+//!
+//! Everything else passes through untouched.
+
+use pgrx::pg_sys;
+
+static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+/// # Safety
+/// Called once from `_PG_init`.
+pub unsafe fn install() {
+    PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+    pg_sys::ProcessUtility_hook = Some(process_utility);
+}
+
+// PostgreSQL's own statement runs through a raw call, not pgrx's guarded
+// binding: the guard would turn any ERROR of the statement into a Rust panic
+// and raise it again, without its CONTEXT and error position (the core
+// suite's expected outputs showed the loss). Nothing with a destructor is
+// alive in `process_utility` across the call, so PostgreSQL's longjmp may
+// pass through it.
+extern "C-unwind" {
+    #[link_name = "standard_ProcessUtility"]
+    fn standard_process_utility_raw(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query_string: *const std::ffi::c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        query_env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
+}
+
+/// Not `#[pg_guard]`: see above. Nothing here can panic; the work runs in
+/// guarded functions of the modules it calls.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // What the statement names is read before it runs (with read_only_tree
+    // false it may scribble on its tree); names live in the statement's
+    // memory, which outlasts this call.
+    let stmt = (*pstmt).utilityStmt;
+    let tag = if stmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*stmt).type_ };
+    let publication: *const std::ffi::c_char = match tag {
+        pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
+        pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
+        _ => std::ptr::null(),
+    };
+    let mut template = 0;
+    let mut new_database: *const std::ffi::c_char = std::ptr::null();
+    if tag == pg_sys::NodeTag::T_CreatedbStmt {
+        let createdb = stmt as *mut pg_sys::CreatedbStmt;
+        new_database = (*createdb).dbname;
+        template = crate::database_copy::before_create(createdb);
+    }
+    match PREV_PROCESS_UTILITY {
+        Some(prev) => prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
+        None => standard_process_utility_raw(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
+    }
+    if !publication.is_null() {
+        crate::publication::check_publication(publication);
+    }
+    if template != 0 {
+        crate::database_copy::after_create(template, new_database);
+    }
+}
