@@ -4,6 +4,18 @@
 -- replay worker leaves for the statement and comes back, also when the
 -- statement fails.
 \getenv origdb PASV_TEST_DB
+-- Bounded wait until database db's replay worker runs.
+CREATE FUNCTION cp_worker_runs(db name) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    IF EXISTS (SELECT 1 FROM pasv.database_status WHERE datname = db AND worker_pid IS NOT NULL) THEN
+      RETURN true;
+    END IF;
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+  RETURN false;
+END $$;
 CREATE DATABASE dbcopy_src;
 \c dbcopy_src
 CREATE EXTENSION pasv;
@@ -28,29 +40,13 @@ CREATE VIEW cp_summary AS
          (SELECT count(*) FROM cp_u) AS unlogged_rows, (SELECT sum(id) FROM cp_h) AS heap_ids;
 SELECT * FROM cp_summary;
 \c :origdb
--- Bounded wait until the template's replay worker runs: the copy must send
--- it away (PostgreSQL refuses a template others are connected to).
-DO $$
-BEGIN
-  FOR i IN 1..600 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    EXIT WHEN EXISTS (SELECT 1 FROM pasv.database_status WHERE datname = 'dbcopy_src' AND worker_pid IS NOT NULL);
-    PERFORM pg_sleep(0.05);
-  END LOOP;
-END $$;
-SELECT worker_pid IS NOT NULL AS template_worker_runs FROM pasv.database_status WHERE datname = 'dbcopy_src';
+-- The template's replay worker runs: the copy must send it away
+-- (PostgreSQL refuses a template others are connected to).
+SELECT cp_worker_runs('dbcopy_src') AS template_worker_runs;
 CREATE DATABASE dbcopy_a TEMPLATE dbcopy_src;
 -- A statement that fails after the worker was sent away: it comes back.
 CREATE DATABASE dbcopy_a TEMPLATE dbcopy_src;
-DO $$
-BEGIN
-  FOR i IN 1..600 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    EXIT WHEN EXISTS (SELECT 1 FROM pasv.database_status WHERE datname = 'dbcopy_src' AND worker_pid IS NOT NULL);
-    PERFORM pg_sleep(0.05);
-  END LOOP;
-END $$;
-SELECT worker_pid IS NOT NULL AS template_worker_back FROM pasv.database_status WHERE datname = 'dbcopy_src';
+SELECT cp_worker_runs('dbcopy_src') AS template_worker_back;
 \c dbcopy_a
 SELECT * FROM cp_summary;
 -- The copied indexes find the copied rows.
@@ -86,15 +82,7 @@ CREATE TABLE cp_gone (id int) USING pasv;
 INSERT INTO cp_gone VALUES (1);
 DROP TABLE cp_gone;
 \c :origdb
-DO $$
-BEGIN
-  FOR i IN 1..600 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    EXIT WHEN EXISTS (SELECT 1 FROM pasv.database_status WHERE datname = 'dbcopy_dropped' AND worker_pid IS NOT NULL);
-    PERFORM pg_sleep(0.05);
-  END LOOP;
-END $$;
-SELECT worker_pid IS NOT NULL AS worker_runs FROM pasv.database_status WHERE datname = 'dbcopy_dropped';
+SELECT cp_worker_runs('dbcopy_dropped') AS worker_runs;
 CREATE DATABASE dbcopy_b TEMPLATE dbcopy_dropped;
 \c dbcopy_b
 SELECT count(*) AS pasv_tables FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'pasv';
@@ -103,3 +91,4 @@ DROP DATABASE dbcopy_a;
 DROP DATABASE dbcopy_b;
 DROP DATABASE dbcopy_dropped;
 DROP DATABASE dbcopy_src;
+DROP FUNCTION cp_worker_runs(name);
