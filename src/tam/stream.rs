@@ -221,7 +221,7 @@ impl RowStream {
         self.dead_bits = 0;
         self.wide = hi > lo.saturating_add(1);
         self.batches = 0;
-        self.ahead = 0; // abandoned: the next request discards its answer
+        self.ahead = 0; // abandoned: the next read-ahead discards its answer
         self.ahead_displaced = false;
     }
 
@@ -330,7 +330,7 @@ impl RowStream {
     fn take_ahead(&mut self, dest: &mut [u8], doing: &str) -> Option<engine_client::ScanCopied> {
         let ticket = std::mem::take(&mut self.ahead);
         if ticket == 0 || self.ahead_start != self.next_start || self.ahead_per_row != self.per_row {
-            return None; // a rewind or skip moved the start: it is abandoned
+            return None; // a rewind moved the start: it is abandoned
         }
         match engine_client::take_scan_ahead(ticket, dest) {
             Ok(None) => {
