@@ -140,6 +140,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
                 f.ahead_next = rowid;
                 f.peek_valid = false;
                 f.stream.set_range(f.ahead_lo, f.ahead_hi);
+                f.stream.window = true;
                 from_window(f, rowid, snapshot).flatten()
             }
         };

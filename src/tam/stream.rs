@@ -75,6 +75,10 @@ pub struct RowStream {
     mvcc: bool,
     /// The range spans more than one row.
     wide: bool,
+    /// The range is an index fetch's window of rows read ahead (set by its
+    /// owner after `set_range`): rows the row cache holds are taken from
+    /// it one by one instead of asking the engine for the window.
+    pub window: bool,
     /// Batches fetched since the range was set.
     batches: u32,
     /// The read-ahead in flight (`engine_client::scan_ahead`): its ticket
@@ -177,6 +181,7 @@ impl RowStream {
             newer_aborted: false,
             mvcc: false,
             wide: true,
+            window: false,
             batches: 0,
             ahead: 0,
             ahead_start: lo,
@@ -220,6 +225,7 @@ impl RowStream {
         self.dead_base = lo;
         self.dead_bits = 0;
         self.wide = hi > lo.saturating_add(1);
+        self.window = false;
         self.batches = 0;
         self.ahead = 0; // abandoned: the next read-ahead discards its answer
         self.ahead_displaced = false;
@@ -259,14 +265,20 @@ impl RowStream {
         // One version per row on ranges: the newest decides nearly always;
         // the stream asks for a row's older versions only while it is
         // undecided. A single row gets a few at once (`set_range`).
-        // MVCC readers of one row try the row cache first (row_cache.rs).
-        let cached = match pasv_am::row_cache::cached_read(&self.next_start, &self.end, self.per_row, 0) {
+        // MVCC readers of one row try the row cache first (row_cache.rs),
+        // and so do index fetches' windows, row by row.
+        let (cache_row, in_window) = match pasv_am::row_cache::cached_read(&self.next_start, &self.end, self.per_row, 0) {
+            Some(rowid) => (Some(rowid), false),
+            None => (self.window_row(), true),
+        };
+        let cached: Option<engine_client::ScanCopied> = match cache_row {
             Some(rowid) if self.mvcc => match engine_client::cached_row(self.cf, rowid, dest) {
-                Ok(c) => c,
+                Ok(c) => c.filter(|c| !in_window || has_entries(&dest[..c.len])),
                 Err(e) => e.raise(doing),
             },
             _ => None,
         };
+        let from_cache = cached.is_some();
         let copied = match cached {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
@@ -300,7 +312,7 @@ impl RowStream {
         }
         self.count = n;
         self.pos = 0;
-        self.more = (more || n < batch.len()) && n > 0;
+        self.more = (more || n < batch.len() || in_window && from_cache) && n > 0;
         if let Some(k) = last_key {
             if let Some(next) = keys::decode_row_key(k).and_then(|(r, v)| super::versions::key_after(r, v)) {
                 self.next_start = next;
@@ -313,7 +325,7 @@ impl RowStream {
         // and the first, read synchronously, applied this backend's earlier
         // writes: see `scan_ahead`), the engine reads the next batch while
         // this one is worked through.
-        if self.more && self.mvcc && self.wide && self.batches >= 2 && !self.ahead_displaced {
+        if self.more && self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced {
             match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row) {
                 Ok(ticket) => {
                     self.ahead = ticket;
@@ -323,6 +335,17 @@ impl RowStream {
                 Err(e) => e.raise(doing),
             }
         }
+    }
+
+    /// In an index fetch's window, the row the next fetch starts with, if it
+    /// starts with a row's newest version: the row cache may answer for it
+    /// (a one-row answer; the window goes on after it).
+    fn window_row(&self) -> Option<u64> {
+        if !self.window {
+            return None;
+        }
+        let (rowid, version) = keys::decode_row_key(&self.next_start)?;
+        (version == u32::MAX && keys::row_key(rowid, u32::MAX) < self.end).then_some(rowid)
     }
 
     /// The answer of the read-ahead in flight, copied into `dest`, if it
@@ -498,4 +521,9 @@ impl RowStream {
             self.pos = self.count;
         }
     }
+}
+
+/// Whether an encoded `Entries` answer holds at least one entry.
+fn has_entries(answer: &[u8]) -> bool {
+    matches!(protocol::decode_response(answer), Ok(Response::Entries { batch, .. }) if batch.len() > 0)
 }
