@@ -38,21 +38,22 @@ pub unsafe extern "C-unwind" fn before_create(stmt: *mut pg_sys::CreatedbStmt) -
         return 0; // PostgreSQL reports it
     }
     // The engine gives every database with pasv tables a worker slot when it
-    // starts, and a database that creates one gets a slot then: without a
-    // slot and with the engine down (CREATE DATABASE must still work then,
-    // from templates pasv never touched), there is nothing to copy.
-    let has_slot = crate::replay::has_worker_slot(template);
-    if !has_slot && !crate::ipc::client::engine_up_now() {
-        return 0;
-    }
-    let doing = format!("copying the pasv tables of template database {}", name.to_string_lossy());
-    let tables = match engine_client::persistence(template) {
-        Ok(rows) => rows.iter().filter(|r| r.db == template).count(),
-        Err(e) => e.raise(&doing),
-    };
-    // A database whose pasv tables were all dropped keeps its worker.
-    if tables == 0 && !has_slot {
-        return 0;
+    // starts, and a database that creates one gets a slot then; one whose
+    // tables were all dropped keeps it (and its worker). Only with more
+    // databases than slots can a template without one have tables: then
+    // the engine is asked (it lists logged tables). With the engine down
+    // (CREATE DATABASE must still work then, from templates pasv never
+    // touched), a template without a slot has nothing to copy.
+    if !crate::replay::has_worker_slot(template) {
+        if !crate::ipc::client::engine_up_now() {
+            return 0;
+        }
+        let doing = format!("copying the pasv tables of template database {}", name.to_string_lossy());
+        match engine_client::persistence(template) {
+            Ok(rows) if rows.is_empty() => return 0,
+            Ok(_) => {}
+            Err(e) => e.raise(&doing),
+        }
     }
     if crate::replay::recovering(template) {
         crate::error::raise(

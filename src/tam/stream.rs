@@ -269,7 +269,7 @@ impl RowStream {
         // and so do index fetches' windows, row by row.
         let (cache_row, in_window) = match pasv_am::row_cache::cached_read(&self.next_start, &self.end, self.per_row, 0) {
             Some(rowid) => (Some(rowid), false),
-            None => (self.window_row(), true),
+            None => (self.window_row(), self.window),
         };
         let cached: Option<engine_client::ScanCopied> = match cache_row {
             Some(rowid) if self.mvcc => match engine_client::cached_row(self.cf, rowid, dest) {
@@ -278,7 +278,8 @@ impl RowStream {
             },
             _ => None,
         };
-        let from_cache = cached.is_some();
+        // A window's row from the cache: the window goes on after it.
+        let window_hit = in_window && cached.is_some();
         let copied = match cached {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
@@ -312,7 +313,7 @@ impl RowStream {
         }
         self.count = n;
         self.pos = 0;
-        self.more = (more || n < batch.len() || in_window && from_cache) && n > 0;
+        self.more = (more || n < batch.len() || window_hit) && n > 0;
         if let Some(k) = last_key {
             if let Some(next) = keys::decode_row_key(k).and_then(|(r, v)| super::versions::key_after(r, v)) {
                 self.next_start = next;
