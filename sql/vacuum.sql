@@ -47,3 +47,64 @@ SELECT count(*), sum(id) FROM v;
 UPDATE v SET payload = 'after freeze' WHERE id = 2;
 SELECT payload FROM v WHERE id = 2;
 DROP TABLE v;
+-- VACUUM runs every index's cleanup, as heap's does, dead rows or not: GIN
+-- moves its pending list into the tree, BRIN summarizes the ranges filled
+-- since.
+CREATE TABLE vg (id int, a int[], v int) USING pasv WITH (autovacuum_enabled = off);
+CREATE INDEX vg_a ON vg USING gin (a) WITH (fastupdate = on, gin_pending_list_limit = 4096);
+CREATE INDEX vg_v ON vg USING brin (v) WITH (pages_per_range = 1);
+INSERT INTO vg SELECT g, array[1, g], g FROM generate_series(1, 1000) g;
+VACUUM vg;
+SELECT gin_clean_pending_list('vg_a') AS pending_after_vacuum;
+SELECT brin_summarize_new_values('vg_v') AS unsummarized_after_vacuum;
+-- An UPDATE that changes only columns of summarizing (BRIN) indexes keeps
+-- the row's TID, as heap's HOT update does; the BRIN index still finds it.
+SELECT ctid AS tid_before FROM vg WHERE id = 7 \gset
+UPDATE vg SET v = 1000007 WHERE id = 7;
+SELECT ctid = :'tid_before' AS same_tid FROM vg WHERE id = 7;
+SET enable_seqscan = off;
+SELECT id, v FROM vg WHERE v = 1000007;
+RESET enable_seqscan;
+DROP TABLE vg;
+-- VACUUM truncates the blocks at the end that hold no row any more, as
+-- heap's does (pg_relation_size reads the file: 291 rowids a block); not
+-- with TRUNCATE false, nor with the vacuum_truncate option off.
+CREATE TABLE vt (id int PRIMARY KEY, t text) USING pasv WITH (autovacuum_enabled = off);
+INSERT INTO vt SELECT g, 'row ' || g FROM generate_series(1, 1000) g;
+SELECT pg_relation_size('vt') / 8192 AS blocks;
+DELETE FROM vt WHERE id > 300;
+VACUUM (TRUNCATE false) vt;
+SELECT pg_relation_size('vt') / 8192 AS blocks;
+ALTER TABLE vt SET (vacuum_truncate = false);
+VACUUM vt;
+SELECT pg_relation_size('vt') / 8192 AS blocks;
+ALTER TABLE vt RESET (vacuum_truncate);
+VACUUM vt;
+SELECT pg_relation_size('vt') / 8192 AS blocks, count(*), sum(id) FROM vt;
+SET enable_seqscan = off;
+SELECT count(*), sum(id) FROM vt WHERE id > 0;
+RESET enable_seqscan;
+-- New rows take new rowids (never reused) and stretch it again.
+INSERT INTO vt VALUES (1001, 'new');
+SELECT pg_relation_size('vt') > 2 * 8192 AS stretched, count(*) FROM vt;
+-- A table whose only insert failed ends empty, like heap's.
+CREATE TABLE ve (i int NOT NULL) USING pasv WITH (autovacuum_enabled = off);
+INSERT INTO ve VALUES (1), (NULL);
+SELECT pg_relation_size('ve') > 0 AS has_size;
+VACUUM ve;
+SELECT pg_relation_size('ve') AS size_after_vacuum;
+DROP TABLE ve;
+-- INDEX_CLEANUP off: like heap's dead line pointers, rows dead to everyone
+-- keep a stub (so their index entries stay valid) until a VACUUM with
+-- index cleanup removes them with their entries.
+DELETE FROM vt WHERE id <= 100;
+SELECT pasv.table_versions('vt'::regclass) AS versions_before;
+VACUUM (INDEX_CLEANUP off) vt;
+SELECT pasv.table_versions('vt'::regclass) AS versions_with_stubs;
+SET enable_seqscan = off;
+SELECT count(*), sum(id) FROM vt WHERE id > 0;
+RESET enable_seqscan;
+VACUUM vt;
+SELECT pasv.table_versions('vt'::regclass) AS versions_after;
+SELECT count(*), sum(id) FROM vt;
+DROP TABLE vt;

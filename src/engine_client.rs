@@ -203,15 +203,20 @@ pub struct CfInfo {
     pub approx_bytes: u64,
     /// Entries a full scan steps over (versions and delete markers).
     pub entries: u64,
+    /// One past the highest rowid that may hold a row: the table's size.
+    pub size_end: u64,
 }
 
 /// A table's size as the planner sees it.
 #[derive(Clone, Copy)]
 pub struct SizeEstimate {
-    /// The next rowid: an upper bound of the rows, far above them after a
-    /// restart (rowids resume above the durable floor) or when backends
-    /// reserved rowids they did not use.
+    /// One past the highest rowid that may hold a row: an upper bound of
+    /// the rows (gaps of rowids reserved and not used, or of rows removed,
+    /// count).
     pub rows: u64,
+    /// The engine's size end alone ([`CfInfo::size_end`]), without this
+    /// backend's own rowids that `rows` adds.
+    pub size_end: u64,
     /// Entries a full scan steps over (RocksDB's estimate): every version
     /// and delete marker, so far more than the rows for a table whose hot
     /// rows piled them up.
@@ -231,17 +236,20 @@ thread_local! {
 const ESTIMATE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The table's size as the planner sees it: from the engine, reused for
-/// [`ESTIMATE_TTL`] unless this backend reserved rowids meanwhile.
+/// [`ESTIMATE_TTL`] unless this backend reserved rowids meanwhile, and never
+/// below the rowids this backend has used.
 pub fn estimated_size(cf: CfRef) -> Result<SizeEstimate, CallError> {
     let now = std::time::Instant::now();
     let cached = ESTIMATES.with(|e| {
         e.borrow().get(&key(cf)).filter(|(at, _)| now.duration_since(*at) < ESTIMATE_TTL).map(|&(_, n)| n)
     });
+    // This backend's own inserts count at once, cached figures or not.
+    let own_end = ROWIDS.with(|r| r.borrow().get(&key(cf)).map_or(0, |range| range.next));
     if let Some(n) = cached {
-        return Ok(n);
+        return Ok(SizeEstimate { rows: n.rows.max(own_end), ..n });
     }
     let info = cf_info(cf)?;
-    let n = SizeEstimate { rows: info.next_rowid, entries: info.entries };
+    let n = SizeEstimate { rows: info.size_end.max(own_end), size_end: info.size_end, entries: info.entries };
     ESTIMATES.with(|e| {
         let mut e = e.borrow_mut();
         if e.len() > 10_000 {
@@ -257,9 +265,20 @@ fn forget_estimate(cf: CfRef) {
 }
 
 pub fn cf_info(cf: CfRef) -> Result<CfInfo, CallError> {
-    call(&Request::CfInfo(cf), |r| match r {
-        Response::CfInfo { next_rowid, approx_keys, approx_bytes, entries } => {
-            Ok(CfInfo { next_rowid, approx_keys, approx_bytes, entries })
+    info_call(&Request::CfInfo(cf))
+}
+
+/// VACUUM's truncation: the engine sets the table's size end to one past
+/// its highest row present; returns the table's figures after it.
+pub fn trim_size(cf: CfRef) -> Result<CfInfo, CallError> {
+    forget_estimate(cf);
+    info_call(&Request::TrimSize(cf))
+}
+
+fn info_call(request: &Request<'_>) -> Result<CfInfo, CallError> {
+    call(request, |r| match r {
+        Response::CfInfo { next_rowid, approx_keys, approx_bytes, entries, size_end } => {
+            Ok(CfInfo { next_rowid, approx_keys, approx_bytes, entries, size_end })
         }
         _ => Err(CallError::Unexpected("CfInfo")),
     })

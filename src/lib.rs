@@ -68,6 +68,7 @@ pub extern "C-unwind" fn _PG_init() {
         shmem::install_hooks();
         xact::register();
         tam::ddl::install_object_access_hook();
+        tam::forklen::install_invalidation_callback();
         utility_hook::install();
     }
     engine_worker::register();

@@ -158,13 +158,17 @@ fn execute(
             }
             return Ok(len);
         }
-        Request::CfInfo(cf) => {
+        Request::CfInfo(cf) | Request::TrimSize(cf) => {
+            if matches!(request, Request::TrimSize(_)) {
+                engine.trim_size(cf)?;
+            }
             let info = engine.cf_info(cf)?;
             Response::CfInfo {
                 next_rowid: info.next_rowid,
                 approx_keys: info.approx_keys,
                 approx_bytes: info.approx_bytes,
                 entries: info.entries,
+                size_end: info.size_end,
             }
         }
         Request::FlushAll => {

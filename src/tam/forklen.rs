@@ -5,6 +5,10 @@
 //! end: a sparse file whose holes take no disk space. The analyze callbacks
 //! then read the sampled rowid blocks from the engine.
 //!
+//! `pg_relation_size` reads the file itself, so the fork's length is also
+//! the size users see: VACUUM truncates it when it trims the table's size
+//! end ([`trim`]), as heap's VACUUM truncates empty pages at the end.
+//!
 //! Not WAL-logged and not fsynced: after a crash the fork may be shorter,
 //! which only makes ANALYZE sample fewer blocks until the next insert
 //! stretches it again.
@@ -16,7 +20,8 @@ use std::collections::HashMap;
 
 thread_local! {
     /// Known fork lengths by (db, relfilenumber), so the file is looked at
-    /// once per new rowid block, not once per row.
+    /// once per new rowid block, not once per row. Emptied by every relcache
+    /// invalidation: a VACUUM elsewhere may have shortened a fork.
     static KNOWN: RefCell<HashMap<(u32, u32), pg_sys::BlockNumber>> = RefCell::new(HashMap::new());
 }
 
@@ -66,4 +71,34 @@ pub unsafe fn cover_blocks(rel: pg_sys::Relation, blocks: u64) {
     }
     pg_sys::UnlockRelationForExtension(rel, lock);
     KNOWN.with(|k| k.borrow_mut().insert(key, len));
+}
+
+/// Shorten `rel`'s main fork to `blocks` blocks if it is longer (VACUUM's
+/// truncation), and make every backend look at the file again before it
+/// next stretches it.
+///
+/// # Safety
+/// `rel` must be an open pasv relation, locked AccessExclusive.
+pub unsafe fn trim(rel: pg_sys::Relation, blocks: u64) {
+    let target = blocks.min(0xFFFF_FFFE) as pg_sys::BlockNumber;
+    let smgr = pg_sys::RelationGetSmgr(rel);
+    let mut fork = pg_sys::ForkNumber::MAIN_FORKNUM;
+    if pg_sys::smgrnblocks(smgr, fork) > target {
+        let mut nblocks = target;
+        pg_sys::smgrtruncate(smgr, &mut fork, 1, &mut nblocks);
+        pg_sys::CacheInvalidateRelcache(rel);
+    }
+    KNOWN.with(|k| k.borrow_mut().clear());
+}
+
+/// Register the relcache callback that forgets known fork lengths.
+///
+/// # Safety
+/// Once, from `_PG_init`.
+pub unsafe fn install_invalidation_callback() {
+    pg_sys::CacheRegisterRelcacheCallback(Some(forget_lengths), pg_sys::Datum::from(0usize));
+}
+
+unsafe extern "C-unwind" fn forget_lengths(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    KNOWN.with(|k| k.borrow_mut().clear());
 }

@@ -19,34 +19,22 @@ use pgrx::pg_sys;
 pub unsafe extern "C-unwind" fn relation_vacuum(
     rel: pg_sys::Relation,
     params: *mut pg_sys::VacuumParams,
-    _bstrategy: pg_sys::BufferAccessStrategy,
+    bstrategy: pg_sys::BufferAccessStrategy,
 ) {
     warn_if_parallel_on_temp(rel, params);
     let mut cutoffs: pg_sys::VacuumCutoffs = std::mem::zeroed();
     pg_sys::vacuum_get_cutoffs(rel, params, &mut cutoffs);
     let doing = format!("vacuuming {}", rel_name(rel));
-    let report = super::vacuum::vacuum_rows(rel, &cutoffs, &doing);
+    // INDEX_CLEANUP OFF: as heap leaves dead line pointers for a later
+    // VACUUM, the pass keeps the delete marker of every row it would remove,
+    // so the rows' index entries keep pointing at a row a later VACUUM
+    // removes with them.
+    let index_cleanup = params.is_null() || (*params).index_cleanup != pg_sys::VacOptValue::VACOPTVALUE_DISABLED;
+    let report = super::vacuum::vacuum_rows(rel, &cutoffs, index_cleanup, &doing);
 
     crate::crash_point::reach(crate::crash_point::Point::VacuumBetweenPasses);
-    // Index entries of removed rows.
-    if !report.dead_rowids.is_empty() {
-        let mut nindexes = 0;
-        let mut indexes: *mut pg_sys::Relation = std::ptr::null_mut();
-        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        pg_sys::vac_open_indexes(rel, lock, &mut nindexes, &mut indexes);
-        for i in 0..nindexes.max(0) as usize {
-            let mut info: pg_sys::IndexVacuumInfo = std::mem::zeroed();
-            info.index = *indexes.add(i);
-            info.heaprel = rel;
-            info.estimated_count = true;
-            info.message_level = pg_sys::DEBUG2 as i32;
-            info.num_heap_tuples = report.live_rows as f64;
-            let state = &report.dead_rowids as *const std::collections::HashSet<u64> as *mut std::ffi::c_void;
-            let stats = pg_sys::index_bulk_delete(&mut info, std::ptr::null_mut(), Some(rowid_removed), state);
-            pg_sys::index_vacuum_cleanup(&mut info, stats);
-        }
-        pg_sys::vac_close_indexes(nindexes, indexes, lock);
-    }
+    let verbose = !params.is_null() && (*params).options & pg_sys::VACOPT_VERBOSE != 0;
+    vacuum_indexes(rel, &report, index_cleanup, bstrategy, verbose);
 
     // relfrozenxid is updated in place, durable at once, before VACUUM's
     // transaction commits; its messages (freezes, removals) replay only if it
@@ -58,6 +46,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
             e.raise(&doing);
         }
     }
+    truncate(rel, params, &report);
     let (blocks, _) = rowid_blocks(rel);
     let blocks = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
     // The share of all-visible rows, in the same (rowid block) unit as the
@@ -84,7 +73,6 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     );
     crate::crash_point::reach(crate::crash_point::Point::VacuumAfterRelfrozenxid);
     pg_sys::pgstat_report_vacuum((*rel).rd_id, false, report.live_rows as i64, report.removed_versions as i64);
-    let verbose = !params.is_null() && (*params).options & pg_sys::VACOPT_VERBOSE != 0;
     let message = format!(
         "pasv: vacuumed {}: {} live rows, {} dead versions and {} dead rows removed, {} versions frozen",
         rel_name(rel),
@@ -98,6 +86,110 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     } else {
         pgrx::debug1!("{message}");
     }
+}
+
+/// VACUUM's index work, as heap's: each index's bulk-delete drops the
+/// entries of the rows the pass removed, then (unless `INDEX_CLEANUP OFF`)
+/// each index's cleanup runs, which is where GIN moves its pending list into
+/// the tree and BRIN summarizes the block ranges filled since; and indexes
+/// whose counts are exact get them recorded in `pg_class`. pasv's pass reads
+/// every row, so its counts are exact.
+unsafe fn vacuum_indexes(
+    rel: pg_sys::Relation,
+    report: &super::vacuum::VacuumReport,
+    cleanup: bool,
+    bstrategy: pg_sys::BufferAccessStrategy,
+    verbose: bool,
+) {
+    if report.dead_rowids.is_empty() && !cleanup {
+        return;
+    }
+    let mut nindexes = 0;
+    let mut indexes: *mut pg_sys::Relation = std::ptr::null_mut();
+    let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+    pg_sys::vac_open_indexes(rel, lock, &mut nindexes, &mut indexes);
+    for i in 0..nindexes.max(0) as usize {
+        let index = *indexes.add(i);
+        let mut info: pg_sys::IndexVacuumInfo = std::mem::zeroed();
+        info.index = index;
+        info.heaprel = rel;
+        info.estimated_count = false;
+        info.message_level = if verbose { pg_sys::INFO as i32 } else { pg_sys::DEBUG2 as i32 };
+        info.num_heap_tuples = report.live_rows as f64;
+        info.strategy = bstrategy;
+        let mut stats: *mut pg_sys::IndexBulkDeleteResult = std::ptr::null_mut();
+        if !report.dead_rowids.is_empty() {
+            let state = &report.dead_rowids as *const std::collections::HashSet<u64> as *mut std::ffi::c_void;
+            stats = pg_sys::index_bulk_delete(&mut info, stats, Some(rowid_removed), state);
+        }
+        if !cleanup {
+            continue;
+        }
+        stats = pg_sys::index_vacuum_cleanup(&mut info, stats);
+        if !stats.is_null() && !(*stats).estimated_count {
+            pg_sys::vac_update_relstats(
+                index,
+                (*stats).num_pages,
+                (*stats).num_index_tuples,
+                0,
+                false,
+                pg_sys::InvalidTransactionId,
+                pg_sys::MultiXactId::from(0u32),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                false,
+            );
+        }
+    }
+    pg_sys::vac_close_indexes(nindexes, indexes, lock);
+}
+
+/// Heap truncates when at least this many trailing pages are empty...
+const REL_TRUNCATE_MINIMUM: u64 = 1000;
+/// ... or at least this fraction of the table is.
+const REL_TRUNCATE_FRACTION: u64 = 16;
+/// How long heap waits for the AccessExclusiveLock it truncates under
+/// (VACUUM_TRUNCATE_LOCK_TIMEOUT, 5 s), in polls of 50 ms.
+const TRUNCATE_LOCK_POLLS: u32 = 100;
+const TRUNCATE_LOCK_POLL_US: i64 = 50_000;
+
+/// VACUUM's truncation, by heap's rules: when truncation is on (the
+/// `vacuum_truncate` option, `VACUUM (TRUNCATE)`) and the pass left no row
+/// in enough trailing rowid blocks, VACUUM takes an AccessExclusiveLock if
+/// it gets one within 5 s (else it leaves the size as it is). Under the
+/// lock the engine sets the size end to one past the highest row present
+/// (rows written since the pass count), and the fork follows.
+unsafe fn truncate(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, report: &super::vacuum::VacuumReport) {
+    if !params.is_null() && (*params).truncate == pg_sys::VacOptValue::VACOPTVALUE_DISABLED {
+        return;
+    }
+    // The fork may be longer than the engine's size end: an insert stretches
+    // it before its row is written, and an aborted insert may never be.
+    let fork_blocks = pg_sys::smgrnblocks(pg_sys::RelationGetSmgr(rel), pg_sys::ForkNumber::MAIN_FORKNUM);
+    let blocks = rowid_blocks(rel).0.max(u64::from(fork_blocks));
+    let freeable = blocks.saturating_sub(report.kept_end.div_ceil(ROWS_PER_BLOCK));
+    if freeable == 0 || (freeable < REL_TRUNCATE_MINIMUM && freeable < blocks / REL_TRUNCATE_FRACTION) {
+        return;
+    }
+    let lock = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+    let mut locked = false;
+    for _ in 0..TRUNCATE_LOCK_POLLS {
+        if pg_sys::ConditionalLockRelation(rel, lock) {
+            locked = true;
+            break;
+        }
+        pgrx::check_for_interrupts!();
+        pg_sys::pg_usleep(TRUNCATE_LOCK_POLL_US);
+    }
+    if !locked {
+        pgrx::debug1!("pasv: not truncating {}: another session holds a lock on it", rel_name(rel));
+        return;
+    }
+    match engine_client::trim_size(cf_of(rel)) {
+        Ok(info) => super::forklen::trim(rel, info.size_end.div_ceil(ROWS_PER_BLOCK)),
+        Err(e) => e.raise(&format!("truncating {}", rel_name(rel))),
+    }
+    pg_sys::UnlockRelation(rel, lock);
 }
 
 /// `VACUUM (PARALLEL n)` of a temporary table with two or more indexes:
@@ -389,11 +481,12 @@ extern "C-unwind" {
     );
 }
 
-/// Blocks the table's rowids span (291 rowids a block), and one past the
-/// highest rowid handed out (no row lies above it), from the engine.
+/// Blocks the table's rows span (291 rowids a block), and one past the
+/// highest rowid that may hold a row (the engine's size end: rowids handed
+/// out but never written do not count), from the engine.
 pub(super) unsafe fn rowid_blocks(rel: pg_sys::Relation) -> (u64, u64) {
     match engine_client::cf_info(cf_of(rel)) {
-        Ok(info) => (info.next_rowid.div_ceil(ROWS_PER_BLOCK), info.next_rowid),
+        Ok(info) => (info.size_end.div_ceil(ROWS_PER_BLOCK), info.size_end),
         Err(e) => e.raise(&format!("reading the size of {}", rel_name(rel))),
     }
 }
@@ -468,8 +561,8 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
 ) {
     let size = estimated_size(rel);
     let rowid_blocks = size.rows.div_ceil(ROWS_PER_BLOCK);
-    // Blocks that rowids span: TIDs up to there must look valid.
-    super::forklen::cover_blocks(rel, rowid_blocks);
+    // The fork covers the rows again if a crash shortened it.
+    super::forklen::cover_blocks(rel, size.size_end.div_ceil(ROWS_PER_BLOCK));
     let class = &*(*rel).rd_rel;
     let relpages = class.relpages.max(0) as f64;
     let reltuples = f64::from(class.reltuples);

@@ -7,7 +7,7 @@
 
 pub mod ddl;
 mod fetch;
-mod forklen;
+pub(crate) mod forklen;
 mod maintenance;
 mod modify;
 mod rowops;

@@ -389,16 +389,32 @@ unsafe fn check_modifiable(
     }
 }
 
-/// Whether the new tuple changes a column some index depends on (then the
-/// row moves to a new rowid and every index gets an entry for it).
-unsafe fn indexed_columns_change(rel: pg_sys::Relation, old: &mut pg_sys::HeapTupleData, slot: *mut pg_sys::TupleTableSlot) -> bool {
+/// Which index columns an UPDATE changes, as heap asks it for HOT.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum IndexedChange {
+    /// None: the row keeps its rowid and no index gets an entry.
+    None,
+    /// Only columns of summarizing indexes (BRIN): the row keeps its rowid
+    /// and those indexes add the new values to its range.
+    Summarized,
+    /// A column some other index depends on: the row moves to a new rowid
+    /// and every index gets an entry for it.
+    Other,
+}
+
+/// Whether the new tuple changes a column some index depends on.
+unsafe fn indexed_columns_change(
+    rel: pg_sys::Relation,
+    old: &mut pg_sys::HeapTupleData,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> IndexedChange {
     if !(*(*rel).rd_rel).relhasindex {
-        return false;
+        return IndexedChange::None;
     }
     let attrs = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_HOT_BLOCKING);
     let summarized = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_SUMMARIZED);
     if attrs.is_null() && summarized.is_null() {
-        return false;
+        return IndexedChange::None;
     }
     let desc = (*rel).rd_att;
     let natts = (*desc).natts as usize;
@@ -406,34 +422,45 @@ unsafe fn indexed_columns_change(rel: pg_sys::Relation, old: &mut pg_sys::HeapTu
     let mut old_nulls = vec![false; natts];
     pg_sys::heap_deform_tuple(old, desc, old_values.as_mut_ptr(), old_nulls.as_mut_ptr());
     pg_sys::slot_getallattrs(slot);
-    let mut changed = false;
-    for set in [attrs, summarized] {
+    let any_changed = |set: *mut pg_sys::Bitmapset| {
         let mut member = -1;
         loop {
             member = pg_sys::bms_next_member(set, member);
-            if member < 0 || changed {
-                break;
+            if member < 0 {
+                return false;
             }
             let attnum = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
             if attnum <= 0 || attnum as usize > natts {
                 // A system column (only ctid/oid could be here): treat as changed.
-                changed = attnum <= 0;
+                if attnum <= 0 {
+                    return true;
+                }
                 continue;
             }
             let i = attnum as usize - 1;
             let new_null = *(*slot).tts_isnull.add(i);
             let new_value = *(*slot).tts_values.add(i);
             let att = (*desc).attrs.as_ptr().add(i);
-            changed = if old_nulls[i] || new_null {
+            let changed = if old_nulls[i] || new_null {
                 old_nulls[i] != new_null
             } else {
                 !datumIsEqual(old_values[i], new_value, (*att).attbyval, (*att).attlen as i32)
             };
+            if changed {
+                return true;
+            }
         }
-    }
+    };
+    let change = if any_changed(attrs) {
+        IndexedChange::Other
+    } else if any_changed(summarized) {
+        IndexedChange::Summarized
+    } else {
+        IndexedChange::None
+    };
     pg_sys::bms_free(attrs);
     pg_sys::bms_free(summarized);
-    changed
+    change
 }
 
 /// AFTER ROW UPDATE triggers (foreign keys included) fetch OLD and NEW by
@@ -559,7 +586,8 @@ pub unsafe extern "C-unwind" fn tuple_update(
     (*slot).tts_tableOid = (*rel).rd_id;
     (*slot_tuple).t_tableOid = (*rel).rd_id;
     let mut old = chain.tuple(rel, rowid, h);
-    let moves = has_after_update_row_triggers(rel) || indexed_columns_change(rel, &mut old, slot);
+    let change = indexed_columns_change(rel, &mut old, slot);
+    let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other;
     // Large values go to TOAST; unchanged ones are shared with the old version.
     let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
@@ -583,6 +611,9 @@ pub unsafe extern "C-unwind" fn tuple_update(
     } else {
         stored_value(tuple, rowid, full_xid, cid, &mut value);
         push(&mut batch, &keys::row_key(rowid, chain.next_version()), &value);
+        if change == IndexedChange::Summarized {
+            *update_indexes = pg_sys::TU_UpdateIndexes::TU_Summarizing;
+        }
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);

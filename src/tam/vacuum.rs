@@ -21,6 +21,8 @@ pub struct VacuumReport {
     /// Live rows left with a single version every snapshot sees (heap's
     /// all-visible tuples; the planner's `relallvisible` is scaled by them).
     pub all_visible_rows: u64,
+    /// One past the highest rowid the pass left a version of (0: none).
+    pub kept_end: u64,
 }
 
 struct Version {
@@ -33,6 +35,9 @@ struct Version {
 
 struct Pass {
     rel: pg_sys::Relation,
+    /// Whether rows dead to everyone go entirely (their index entries go
+    /// too), or keep their newest version for a later VACUUM.
+    remove_rows: bool,
     oldest_xmin: pg_sys::TransactionId,
     freeze_limit: pg_sys::TransactionId,
     batch: BatchBuilder,
@@ -48,6 +53,7 @@ impl Pass {
     fn new(rel: pg_sys::Relation, oldest_xmin: pg_sys::TransactionId, freeze_limit: pg_sys::TransactionId) -> Pass {
         Pass {
             rel,
+            remove_rows: true,
             oldest_xmin,
             freeze_limit,
             batch: BatchBuilder::new(),
@@ -58,6 +64,7 @@ impl Pass {
                 dead_rowids: HashSet::new(),
                 new_relfrozenxid: oldest_xmin,
                 all_visible_rows: 0,
+                kept_end: 0,
             },
         }
     }
@@ -93,7 +100,15 @@ impl Pass {
             (Some(h), Some(k)) => h == k && versions[k].header.is_tombstone(),
             _ => false,
         };
+        // A dead row that must stay keeps its newest version, alone.
+        let keep_stub = row_dead && !self.remove_rows;
+        let row_dead = row_dead && self.remove_rows;
         for (i, v) in versions.iter().enumerate() {
+            if keep_stub && i > 0 {
+                self.push(&keys::row_key(rowid, v.version), &[], doing);
+                self.report.removed_versions += 1;
+                continue;
+            }
             // The newest version of a live row stays even if its creator
             // aborted: its number must not be written again (DESIGN §3, keys
             // are never reused; replay would order our removal after the
@@ -123,7 +138,10 @@ impl Pass {
         }
         if row_dead {
             self.report.dead_rowids.insert(rowid);
-        } else if head.is_some_and(|h| !versions[h].header.is_tombstone()) {
+            return;
+        }
+        self.report.kept_end = self.report.kept_end.max(rowid + 1);
+        if head.is_some_and(|h| !versions[h].header.is_tombstone()) {
             self.report.live_rows += 1;
             if all_visible == Some(0) {
                 self.report.all_visible_rows += 1;
@@ -132,12 +150,20 @@ impl Pass {
     }
 }
 
-/// Walk every version of `rel`'s CF and apply VACUUM's decisions.
+/// Walk every version of `rel`'s CF and apply VACUUM's decisions; rows dead
+/// to everyone are removed only if `remove_rows` (else their newest version
+/// stays, so their index entries stay valid).
 ///
 /// # Safety
 /// Backend inside VACUUM's transaction; `rel` open with VACUUM's lock.
-pub unsafe fn vacuum_rows(rel: pg_sys::Relation, cutoffs: &pg_sys::VacuumCutoffs, doing: &str) -> VacuumReport {
+pub unsafe fn vacuum_rows(
+    rel: pg_sys::Relation,
+    cutoffs: &pg_sys::VacuumCutoffs,
+    remove_rows: bool,
+    doing: &str,
+) -> VacuumReport {
     let mut pass = Pass::new(rel, cutoffs.OldestXmin, cutoffs.FreezeLimit);
+    pass.remove_rows = remove_rows;
     let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
     let mut current: Option<u64> = None;
     let mut versions: Vec<Version> = Vec::new();

@@ -47,6 +47,11 @@ const CREATED_LSN_PREFIX: &[u8] = b"created_lsn.";
 pub struct CfInfo {
     /// The next rowid `alloc_rowids` would hand out.
     pub next_rowid: u64,
+    /// One past the highest rowid that may hold a row: the table's size
+    /// (PostgreSQL's `pg_relation_size`, BRIN's ranges, sampling), kept like
+    /// heap's length. Rowids reserved but never written and rowids above the
+    /// durable floor do not count; VACUUM's truncation lowers it.
+    pub size_end: u64,
     /// RocksDB's estimate of the number of keys (all versions).
     pub approx_keys: u64,
     /// Estimated live data in SST files plus the memtables' size.
@@ -63,6 +68,9 @@ pub(super) struct TableEntry {
     pub(super) cf: TableCf,
     pub(super) name: String,
     pub(super) next_rowid: AtomicU64,
+    /// [`CfInfo::size_end`]: set at open and by [`Engine::trim_size`] from
+    /// the rows present, raised by every write of a row. Not persisted.
+    pub(super) size_end: AtomicU64,
     /// The durable rowid floor: rowids below it may be handed out. Raised
     /// (and persisted first) under `floor_raise`.
     pub(super) rowid_floor: AtomicU64,
@@ -83,6 +91,7 @@ impl TableEntry {
             cf,
             name: cf.name(),
             next_rowid: AtomicU64::new(next_rowid),
+            size_end: AtomicU64::new(0),
             rowid_floor: AtomicU64::new(next_rowid),
             floor_raise: Mutex::new(()),
             max_lsn: Arc::new(AtomicU64::new(0)),
@@ -280,6 +289,7 @@ impl Engine {
         iter.status().map_err(rocks_with(|| format!("read {} to copy it", source.name)))?;
         self.write_copy(&mut batch, &target.name)?;
         self.skip_rowids_below(&target, source.next_rowid.load(Ordering::Relaxed))?;
+        target.size_end.fetch_max(source.size_end.load(Ordering::Relaxed), Ordering::Relaxed);
         if target.cf.logged {
             self.db
                 .flush_cf(&target_handle)
@@ -313,6 +323,7 @@ impl Engine {
             .saturating_add(property(properties::NUM_DELETES_IMM_MEM_TABLES)?);
         Ok(CfInfo {
             next_rowid: entry.next_rowid.load(Ordering::Relaxed),
+            size_end: entry.size_end.load(Ordering::Relaxed),
             approx_keys,
             approx_bytes: property(properties::ESTIMATE_LIVE_DATA_SIZE)?
                 .saturating_add(property(properties::CUR_SIZE_ALL_MEM_TABLES)?),

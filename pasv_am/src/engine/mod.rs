@@ -47,6 +47,7 @@ mod stall;
 pub(crate) mod test_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rocksdb::{
@@ -215,13 +216,15 @@ impl Engine {
                 .map_err(rocks("read a rowid floor"))?
                 .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
                 .map_or(0, u64::from_le_bytes);
-            let next_rowid = next_rowid_from_data(&db, &name)?.max(floor);
+            let written_end = next_rowid_from_data(&db, &name)?;
+            let next_rowid = written_end.max(floor);
             let created_lsn = db
                 .get_cf(&meta, created_lsn_key(&name))
                 .map_err(rocks("read a creation LSN"))?
                 .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
                 .map_or(0, u64::from_le_bytes);
             let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
+            entry.size_end.store(written_end, Ordering::Relaxed);
             if let Some(flag) = read_flag(&db, &name, true)? {
                 entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
             }

@@ -54,6 +54,7 @@ impl Engine {
         // is already visible in the CF (replay writes rows nobody allocated).
         if let Some(max_rowid) = max_rowid {
             entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
+            entry.size_end.fetch_max(max_rowid + 1, Ordering::Relaxed);
         }
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);

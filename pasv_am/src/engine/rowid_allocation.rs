@@ -1,8 +1,9 @@
 //! Where a row gets its rowid: allocation from a table's counter, and the
 //! durable floor that keeps a rowid from ever being handed out twice.
 //!
-//! Owns `alloc_rowids`, the per-CF rowid floor kept in the meta CF, and how
-//! `open` recovers a table's `next_rowid`. Calls RocksDB (meta CF writes and
+//! Owns `alloc_rowids`, the per-CF rowid floor kept in the meta CF, how
+//! `open` recovers a table's `next_rowid`, and the table's size end (one
+//! past its highest row), which VACUUM trims with `trim_size`. Calls RocksDB (meta CF writes and
 //! flushes; one backward seek per CF at open).
 //!
 //! Invariants:
@@ -53,6 +54,22 @@ impl Engine {
             .map_err(|_| EngineError::RowidsExhausted(cf))?;
         self.raise_rowid_floor(&entry, first + u64::from(count))?;
         Ok(first)
+    }
+
+    /// VACUUM's truncation: sets the table's size end to one past the
+    /// highest row present (0 if none) and returns it. The caller keeps
+    /// other writers out (VACUUM truncates under an AccessExclusiveLock);
+    /// should one raise the end meanwhile anyway, its end stands. Rowids
+    /// stay as they are: none is handed out again.
+    pub fn trim_size(&self, cf: CfRef) -> Result<u64, EngineError> {
+        let entry = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
+        let before = entry.size_end.load(Ordering::Acquire);
+        let present = next_rowid_from_data(&self.db, &entry.name)?;
+        if present < before {
+            // Fails only if a write raised it meanwhile: then that stands.
+            let _ = entry.size_end.compare_exchange(before, present, Ordering::AcqRel, Ordering::Acquire);
+        }
+        Ok(entry.size_end.load(Ordering::Acquire))
     }
 
     /// Makes the durable rowid floor of `entry` at least `end` before any
@@ -154,6 +171,43 @@ mod tests {
         assert_eq!(engine.alloc_rowids(T, 1).unwrap(), next + 2);
         engine.close(true).unwrap();
         assert!(open(&dir).cf_info(T).unwrap().next_rowid >= next + 3);
+    }
+
+    #[test]
+    fn the_size_end_follows_rows_written_and_trimmed_not_rowids_handed_out() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let size = |engine: &Engine| engine.cf_info(T).unwrap().size_end;
+        assert_eq!(engine.alloc_rowids(T, 64).unwrap(), 0);
+        assert_eq!(size(&engine), 0, "rowids handed out are not rows");
+        put_rows(&engine, T, [0, 1, 2, 5]);
+        assert_eq!(size(&engine), 6);
+        // VACUUM removed rows 2 and 5: the end comes down to row 1.
+        let mut removal = BatchBuilder::new();
+        removal.push(&row_key(2, 0), &[]).unwrap();
+        removal.push(&row_key(5, 0), &[]).unwrap();
+        engine.put_batch(T, removal.as_batch()).unwrap();
+        assert_eq!(size(&engine), 6, "deletes alone do not shrink the size");
+        assert_eq!(engine.trim_size(T).unwrap(), 2);
+        assert_eq!(size(&engine), 2);
+        assert!(engine.cf_info(T).unwrap().next_rowid >= 64, "trimming hands no rowid out again");
+        put_rows(&engine, T, [9]);
+        assert_eq!(size(&engine), 10);
+        // A restart takes the end from the rows, not from the rowid floor.
+        engine.close(true).unwrap();
+        let engine = open(&dir);
+        assert_eq!(size(&engine), 10);
+        assert!(engine.cf_info(T).unwrap().next_rowid >= 64);
+        // Emptied: the end is 0; a copy takes its source's.
+        put_rows(&engine, T, [20]);
+        let other = CfRef { db: T.db, rel: T.rel + 1 };
+        engine.create_cf(other).unwrap();
+        engine.copy_cf(T, other).unwrap();
+        assert_eq!(engine.cf_info(other).unwrap().size_end, 21);
+        engine.truncate_cf(T).unwrap();
+        assert_eq!(size(&engine), 0);
+        assert_eq!(engine.trim_size(T).unwrap(), 0);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! * `error` — error classes, and the ways a message can be malformed.
 //!
 //! The table requests (`CreateCf`, `DropCf`, `DropDatabase`, `TruncateCf`,
-//! `AllocRowids`, `CfInfo`, `ListCfs`, the flushes) need at most one u64
+//! `AllocRowids`, `CfInfo`, `TrimSize`, `ListCfs`, the flushes) need at most one u64
 //! after the header and are encoded here.
 //!
 //! Invariants: a message decodes to exactly what was encoded, or to an
@@ -39,7 +39,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=19 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=20 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
@@ -59,7 +59,7 @@
 //! | 4..8 | entry count of `Entries` and of a granted `Lock`, message length of `Error`, `holder` of a refused `Lock`, else zero |
 //!
 //! then `Rowids`: first (u64); `Entries` and a granted `Lock`: the entries; `CfInfo`: next_rowid,
-//! approx_keys, approx_bytes (u64 each); `Error`: the UTF-8 message.
+//! approx_keys, approx_bytes, entries, size_end (u64 each); `Error`: the UTF-8 message.
 //!
 //! # Alignment invariant
 //!
@@ -125,6 +125,7 @@ mod op {
     pub const SYNC_WAL: u8 = 17;
     pub const COPY_CF: u8 = 18;
     pub const COPY_DATABASE: u8 = 19;
+    pub const TRIM_SIZE: u8 = 20;
 }
 
 /// The op byte of a `PutBatch` request (the channel's test hook delays these).
@@ -152,6 +153,7 @@ pub fn op_name(op: u8) -> Option<&'static str> {
         op::SYNC_WAL => "sync_wal",
         op::COPY_CF => "copy_cf",
         op::COPY_DATABASE => "copy_database",
+        op::TRIM_SIZE => "trim_size",
         _ => return None,
     })
 }
@@ -303,6 +305,9 @@ pub enum Request<'a> {
         to: u32,
         created_lsn: u64,
     },
+    /// VACUUM's truncation: the table's size end becomes one past its
+    /// highest row present; answered by [`Response::CfInfo`] (after it).
+    TrimSize(CfRef),
 }
 
 /// The engine's answer.
@@ -323,6 +328,7 @@ pub enum Response<'a> {
         approx_keys: u64,
         approx_bytes: u64,
         entries: u64,
+        size_end: u64,
     },
     Error {
         code: ErrorCode,
@@ -370,6 +376,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::SyncWal => (op::SYNC_WAL, zero, 0),
         Request::CopyCf { from, to_rel } => (op::COPY_CF, from, to_rel),
         Request::CopyDatabase { from, to, .. } => (op::COPY_DATABASE, CfRef { db: from, rel: 0 }, to),
+        Request::TrimSize(cf) => (op::TRIM_SIZE, cf, 0),
     };
     if matches!(
         request,
@@ -429,7 +436,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::DROP_DATABASE => (true, false, false),
         op::COPY_DATABASE => (true, false, true),
         op::COMMITTED => (true, false, true),
-        op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF => (true, true, false),
+        op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF | op::TRIM_SIZE => (true, true, false),
         op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE | op::COPY_CF => (true, true, true),
         op::RELEASE_LOCKS => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
@@ -471,6 +478,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         },
         op::SCAN => scan::decode(buf, body, cf, arg)?,
         op::CF_INFO => Request::CfInfo(cf),
+        op::TRIM_SIZE => Request::TrimSize(cf),
         op::LIST_CFS => Request::ListCfs,
         op::LOCK_ROW => locks::decode(body, cf, arg)?,
         op::RELEASE_LOCKS => Request::ReleaseLocks { xid: arg },
@@ -491,7 +499,7 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             Response::Ok => 0,
             Response::Rowids { .. } => 8,
             Response::Entries { batch, .. } => batch.encoded_len(),
-            Response::CfInfo { .. } => 32,
+            Response::CfInfo { .. } => 40,
             Response::Error { message, .. } => message.len(),
             Response::Lock { versions, .. } => versions.encoded_len(),
         };
@@ -518,11 +526,13 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             approx_keys,
             approx_bytes,
             entries,
+            size_end,
         } => {
             body[0..8].copy_from_slice(&next_rowid.to_le_bytes());
             body[8..16].copy_from_slice(&approx_keys.to_le_bytes());
             body[16..24].copy_from_slice(&approx_bytes.to_le_bytes());
             body[24..32].copy_from_slice(&entries.to_le_bytes());
+            body[32..40].copy_from_slice(&size_end.to_le_bytes());
             out[0] = tag::CF_INFO;
         }
         Response::Error { code, message } => {
@@ -597,6 +607,7 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
             approx_keys: read_u64(body, 8, base)?,
             approx_bytes: read_u64(body, 16, base)?,
             entries: read_u64(body, 24, base)?,
+            size_end: read_u64(body, 32, base)?,
         },
         tag::ENTRIES => {
             let more = match buf[1] {
@@ -737,6 +748,7 @@ mod tests {
                 per_row: 0,
             },
             Request::CfInfo(cf()),
+            Request::TrimSize(cf()),
             Request::FlushAll,
             Request::ListCfs,
             Request::LockRow {
@@ -830,6 +842,7 @@ mod tests {
                 approx_keys: 2,
                 approx_bytes: 3,
                 entries: 4,
+                size_end: 5,
             },
             Response::Error {
                 code: ErrorCode::DiskFull,
