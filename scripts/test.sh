@@ -273,6 +273,14 @@ run_read_ahead() {
     "$PASV_HOME/venv/bin/python" "$PASV_ROOT/tests/read_ahead.py" --host "$PASV_RUN" --port "$port"
 }
 
+# tests/logical_replication.sh: a subscription receives a pasv table's
+# changes under a random concurrent workload and across a publisher crash.
+run_logical_replication() {
+  local port=$1
+  run_on_fresh_cluster "logical replication" "$TEST_DIR/logrep" "$port" "max_connections = 50" \
+    "$PASV_ROOT/tests/logical_replication.sh" "$PG_BIN" "$PASV_RUN" "$port" "$TEST_DIR/logrep" "$TEST_DIR/logrep.log"
+}
+
 # tests/open_files.sh: 300 SST files in 100 tables, the server restarted under
 # a soft limit of 256 open files.
 run_open_files() {
@@ -330,6 +338,7 @@ else
     run_durability_modes "$((PASV_TEST_PORT + 4))"
     run_posted_writes "$((PASV_TEST_PORT + 10))"
     run_read_ahead "$((PASV_TEST_PORT + 12))"
+    run_logical_replication "$((PASV_TEST_PORT + 13))"
     run_open_files "$((PASV_TEST_PORT + 11))"
     run_base_backup "$((PASV_TEST_PORT + 7))"
     run_disk_full "$((PASV_TEST_PORT + 9))"

@@ -30,7 +30,7 @@
 
 use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
-use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, PersistenceRow, Request, Response};
+use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Note, PersistenceRow, Request, Response};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -472,10 +472,11 @@ fn nest_level() -> i32 {
     unsafe { pgrx::pg_sys::GetCurrentTransactionNestLevel() }
 }
 
-/// Log one change message under the current (sub)transaction.
-fn log_message(cf: CfRef, message: &[u8]) -> u64 {
+/// Log one change message (a `PutBatch` request, then its logical notes)
+/// under the current (sub)transaction.
+fn log_message(cf: CfRef, request: &[u8], notes: &[u8]) -> u64 {
     // SAFETY: called in a backend inside the writing transaction.
-    let lsn = unsafe { crate::wal::log_change(message) };
+    let lsn = unsafe { crate::wal::log_change(request, notes) };
     crate::written_tables::note_write(cf, lsn);
     lsn
 }
@@ -507,10 +508,10 @@ fn put_batch_raw(cf: CfRef, logged: bool, batch: &BatchBuilder, owner: i32) -> R
             } else if crate::guc::durability().logs_messages() {
                 let logged_at = nest_level();
                 if owner < logged_at {
-                    let message = out[..len].to_vec();
+                    let message = [&out[..len], batch.notes()].concat();
                     OWED.with(|o| o.borrow_mut().push(Owed { message, cf, owner, logged_at }));
                 }
-                let lsn = log_message(cf, &out[..len]);
+                let lsn = log_message(cf, &out[..len], batch.notes());
                 crate::wal::xid_logged_before_engine_wal(lsn);
                 crate::crash_point::reach(crate::crash_point::Point::AfterLogBeforeWrite);
                 out[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
@@ -534,7 +535,7 @@ fn settle_owed() {
         }
         let level = nest_level();
         for x in owed.iter_mut().filter(|x| x.logged_at == 0) {
-            log_message(x.cf, &x.message);
+            log_message(x.cf, &x.message, &[]);
             x.logged_at = level;
         }
         owed.retain(|x| x.logged_at != x.owner);
@@ -656,8 +657,9 @@ pub fn batch_capacity() -> usize {
 }
 
 /// Buffer one new row of transaction `xid` for `cf` (write-behind);
-/// `logged` as for [`put_batch_now`].
-pub fn buffer_put(cf: CfRef, logged: bool, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+/// `logged` as for [`put_batch_now`]; `tablespace` the table's (0: the
+/// database's default), noted for logical decoding.
+pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
     let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
     let full = PENDING.with(|p| p.borrow().batch.encoded_len() + entry_cost(key, value) > batch_capacity());
     if !same_target || full {
@@ -668,8 +670,19 @@ pub fn buffer_put(cf: CfRef, logged: bool, xid: u32, key: &[u8], value: &[u8]) -
         p.target = Some((cf, xid));
         p.logged = logged;
         p.level = nest_level();
+        if p.batch.is_empty() && p.batch.notes().is_empty() && tablespace != 0 {
+            p.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
+        }
         p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
     })
+}
+
+/// Add a logical note to the buffered rows (sent with them).
+pub fn note_pending(note: Note<'_>) {
+    PENDING.with(|p| {
+        // Only a note longer than a channel buffer could fail; these are not.
+        let _ = p.borrow_mut().batch.note(note);
+    });
 }
 
 /// Send buffered rows, if any (after settling owed logs: before this

@@ -3,12 +3,14 @@
 //!
 //! This file is the table of contents: `_PG_init` registers the settings,
 //! the shared-memory channel, the engine worker, the transaction callbacks,
-//! the DROP hook and the publication check. Where things live:
+//! the DROP hook, the CREATE DATABASE hook and the logical decoding of pasv
+//! messages. Where things live:
 //! * `ipc/`            the shared-memory channel (the only raw shm pointers)
 //! * `engine_worker`   the background worker that owns RocksDB
 //! * `engine_client`   typed engine calls and the backend's write-behind buffer
 //! * `tam/`            the table access method callbacks
-//! * `publication`     refuses publications of pasv tables (a ProcessUtility hook)
+//! * `logical/`        logical decoding sees pasv tables' changes as row changes (publications)
+//! * `utility_hook`    CREATE DATABASE ... TEMPLATE copies pasv tables (`database_copy`)
 //! * `xact`            pending drops, pre-commit flush, PREPARE refusal, row-lock release
 //! * `wal`             every change logged to PostgreSQL's WAL as a logical message
 //! * `wal_flush`       WAL before data: the engine main thread's XLogFlush service
@@ -32,7 +34,7 @@ mod error;
 mod flushflag;
 mod guc;
 mod ipc;
-mod publication;
+mod logical;
 mod replay;
 mod shmem;
 mod sql_api;
@@ -69,6 +71,7 @@ pub extern "C-unwind" fn _PG_init() {
         xact::register();
         tam::ddl::install_object_access_hook();
         tam::forklen::install_invalidation_callback();
+        logical::decode::install();
         utility_hook::install();
     }
     engine_worker::register();

@@ -1,8 +1,6 @@
 //! pasv's `ProcessUtility` hook: the utility statements pasv must act on
 //! beside PostgreSQL's own execution of them.
 //!
-//! * `CREATE PUBLICATION` / `ALTER PUBLICATION`: checked afterwards
-//!   (`publication.rs`).
 //! * `CREATE DATABASE`: the template's pasv tables are copied into the new
 //!   database (`database_copy.rs`).
 //!
@@ -57,11 +55,6 @@ unsafe extern "C-unwind" fn process_utility(
     // memory, which outlasts this call.
     let stmt = (*pstmt).utilityStmt;
     let tag = if stmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*stmt).type_ };
-    let publication: *const std::ffi::c_char = match tag {
-        pg_sys::NodeTag::T_CreatePublicationStmt => (*(stmt as *mut pg_sys::CreatePublicationStmt)).pubname,
-        pg_sys::NodeTag::T_AlterPublicationStmt => (*(stmt as *mut pg_sys::AlterPublicationStmt)).pubname,
-        _ => std::ptr::null(),
-    };
     let mut template = 0;
     let mut new_database: *const std::ffi::c_char = std::ptr::null();
     if tag == pg_sys::NodeTag::T_CreatedbStmt {
@@ -72,9 +65,6 @@ unsafe extern "C-unwind" fn process_utility(
     match PREV_PROCESS_UTILITY {
         Some(prev) => prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
         None => standard_process_utility_raw(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc),
-    }
-    if !publication.is_null() {
-        crate::publication::check_publication(publication);
     }
     if template != 0 {
         crate::database_copy::after_create(template, new_database);

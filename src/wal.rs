@@ -1,7 +1,8 @@
 //! The log (DESIGN.md §4): every change pasv makes to a column family is
 //! first written to PostgreSQL's WAL as a *transactional* logical message
 //! with prefix `pasv`, carrying the exact keys and values — the encoded
-//! `PutBatch` request itself (an empty value deletes a key). Messages of
+//! `PutBatch` request itself (an empty value deletes a key), followed by the
+//! batch's logical notes when it has any (`logical_decoding.rs`). Messages of
 //! aborted (sub)transactions are dropped by logical decoding; replaying the
 //! committed ones in commit order rebuilds what a crash lost (`replay/`).
 //! Not in `unlogged` mode, which logs nothing.
@@ -30,14 +31,49 @@ extern "C-unwind" {
     ) -> pg_sys::XLogRecPtr;
 }
 
+/// `xl_logical_message` up to its payload (replication/message.h; not in
+/// pgrx's PG16 bindings): `SizeOfLogicalMessage` is 24 bytes.
+#[repr(C)]
+struct LogicalMessageHeader {
+    db_id: pg_sys::Oid,
+    transactional: bool,
+    prefix_size: usize,
+    message_size: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<LogicalMessageHeader>() == 24);
+
+/// `RM_LOGICALMSG_ID`'s only record type.
+const XLOG_LOGICAL_MESSAGE: u8 = 0;
+
 /// Log one change batch (an encoded `PutBatch`) in the current transaction,
-/// before it is sent to the engine. Assigns a transaction id if needed.
+/// before it is sent to the engine, followed by its logical notes (see
+/// `pasv_am::protocol::logical_notes`; empty for most batches). Assigns a
+/// transaction id if needed. The record is the one `LogLogicalMessage`
+/// writes for a transactional message whose payload is both parts; they are
+/// registered apart, so the batch is not copied.
 ///
 /// # Safety
 /// Backend inside a transaction.
-pub unsafe fn log_change(encoded_put_batch: &[u8]) -> pg_sys::XLogRecPtr {
+pub unsafe fn log_change(encoded_put_batch: &[u8], notes: &[u8]) -> pg_sys::XLogRecPtr {
     pg_sys::ffi::pg_guard_ffi_boundary(|| {
-        LogLogicalMessage(PREFIX.as_ptr(), encoded_put_batch.as_ptr() as *const c_char, encoded_put_batch.len(), true)
+        pg_sys::GetCurrentTransactionId();
+        let prefix = PREFIX.to_bytes_with_nul();
+        let mut header = LogicalMessageHeader {
+            db_id: pg_sys::MyDatabaseId,
+            transactional: true,
+            prefix_size: prefix.len(),
+            message_size: encoded_put_batch.len() + notes.len(),
+        };
+        pg_sys::XLogBeginInsert();
+        pg_sys::XLogRegisterData(&raw mut header as *mut c_char, std::mem::size_of::<LogicalMessageHeader>() as u32);
+        pg_sys::XLogRegisterData(prefix.as_ptr() as *mut c_char, prefix.len() as u32);
+        pg_sys::XLogRegisterData(encoded_put_batch.as_ptr() as *mut c_char, encoded_put_batch.len() as u32);
+        if !notes.is_empty() {
+            pg_sys::XLogRegisterData(notes.as_ptr() as *mut c_char, notes.len() as u32);
+        }
+        pg_sys::XLogSetRecordFlags(pg_sys::XLOG_INCLUDE_ORIGIN as u8);
+        pg_sys::XLogInsert(pg_sys::RmgrIds::RM_LOGICALMSG_ID as u8, XLOG_LOGICAL_MESSAGE)
     })
 }
 

@@ -13,6 +13,10 @@
 pub mod plugin;
 pub mod worker;
 
+
+/// The output plugin recovery decodes with: the extension library itself.
+pub const PLUGIN_NAME: &str = "pasv";
+
 use crate::ipc::{self, client, DB_READY, SLOT_NOT_NEEDED};
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BackgroundWorkerStatus, BgWorkerStartTime, DynamicBackgroundWorker};
 use pgrx::pg_sys;

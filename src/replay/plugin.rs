@@ -11,7 +11,7 @@
 
 use crate::engine_client;
 use crate::error::CallError;
-use pasv_am::protocol::{decode_request, ErrorCode, Request};
+use pasv_am::protocol::{decode_request, put_batch_len, ErrorCode, Request};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -73,6 +73,8 @@ impl ReplayRun {
             pgrx::warning!("pasv recovery: skipping a pasv message that is not a change batch ({} bytes)", message.len());
             return Ok(());
         };
+        // The request alone: its logical notes are for logical decoding.
+        let message = &message[..put_batch_len(batch).min(message.len())];
         if cf.db != self.db {
             return Ok(());
         }

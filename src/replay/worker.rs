@@ -187,7 +187,7 @@ impl Worker<'_> {
         if unsafe { pg_sys::wal_level } < pg_sys::WalLevel::WAL_LEVEL_LOGICAL as i32 {
             return Err("wal_level is below logical".into());
         }
-        self.spi_run(&format!("SELECT pg_create_logical_replication_slot('{}', 'pasv')", self.name))?;
+        self.spi_run(&format!("SELECT pg_create_logical_replication_slot('{}', '{}')", self.name, super::PLUGIN_NAME))?;
         // Flush before READY (what committed so far is on disk when the state
         // says protected) and after (a commit that still saw NONE's
         // predecessor READY may have slipped in between).

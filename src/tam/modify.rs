@@ -39,7 +39,8 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     let result = VALUE.with(|v| {
         let mut v = v.borrow_mut();
         stored_value(tuple, rowid, full_xid, cid, &mut v);
-        engine_client::buffer_put(cf, super::logs_changes(rel), full_xid as u32, &keys::row_key(rowid, 0), &v)
+        let tablespace = crate::logical::notes::tablespace_of(rel);
+        engine_client::buffer_put(cf, super::logs_changes(rel), tablespace, full_xid as u32, &keys::row_key(rowid, 0), &v)
     });
     // The slot keeps the untoasted tuple; it learns the TID like heap's does.
     (*slot_tuple).t_self = (*tuple).t_self;
@@ -144,6 +145,9 @@ pub unsafe extern "C-unwind" fn tuple_insert_speculative(
     _spec_token: u32,
 ) {
     insert_slot(rel, slot, cid);
+    if let Some(rowid) = super::rowid_from_tid(&(*slot).tts_tid) {
+        engine_client::note_pending(pasv_am::protocol::Note::Speculative(rowid));
+    }
     if let Err(e) = engine_client::flush_pending() {
         e.raise(&format!("inserting into {}", rel_name(rel)));
     }
@@ -161,11 +165,19 @@ pub unsafe extern "C-unwind" fn tuple_complete_speculative(
     _spec_token: u32,
     succeeded: bool,
 ) {
+    let Some(rowid) = super::rowid_from_tid(&(*slot).tts_tid) else { return };
+    let mut batch = crate::logical::notes::batch_for(rel);
     if succeeded {
+        // Logical decoding learns that the row stays (heap logs the same).
+        if super::logs_changes(rel) {
+            crate::logical::notes::note_speculative(&mut batch, pasv_am::protocol::Note::SpecConfirmed(rowid));
+            if let Err(e) = engine_client::put_batch_now(cf_of(rel), true, &batch) {
+                e.raise(&format!("confirming a row of {}", rel_name(rel)));
+            }
+        }
         return;
     }
-    let Some(rowid) = super::rowid_from_tid(&(*slot).tts_tid) else { return };
-    let mut batch = pasv_am::protocol::BatchBuilder::new();
+    crate::logical::notes::note_speculative(&mut batch, pasv_am::protocol::Note::SpecAborted(rowid));
     let pushed = batch.push(&keys::row_key(rowid, 0), &[]);
     if let Err(e) = pushed.map_err(|e| crate::error::CallError::Protocol(e.to_string())).and_then(|_| engine_client::put_batch_now(cf_of(rel), super::logs_changes(rel), &batch)) {
         e.raise(&format!("withdrawing a conflicting row from {}", rel_name(rel)));

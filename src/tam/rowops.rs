@@ -13,6 +13,7 @@
 //! could change it since, and EvalPlanQual relies on updating the head it
 //! locked through `tuple_lock(FIND_LAST_VERSION)`.
 
+use crate::logical::notes;
 use super::visibility::{self, Reader};
 use super::modify::{check_row_size, stored_value};
 use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
@@ -532,9 +533,11 @@ pub unsafe extern "C-unwind" fn tuple_delete(
         Check::Proceed(h) => {
             super::ssi::conflict_in(rel, Some(rowid));
             let mut old = chain.tuple(rel, rowid, h);
+            let mut batch = notes::batch_for(rel);
+            // Before its large values go: the old key is logged whole.
+            notes::note_old_row(rel, &mut batch, rowid, &mut old, true);
             super::toast::delete_external(rel, &mut old);
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
-            let mut batch = BatchBuilder::new();
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
             write(rel, cf, &batch, "deleting from");
@@ -588,13 +591,16 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let mut old = chain.tuple(rel, rowid, h);
     let change = indexed_columns_change(rel, &mut old, slot);
     let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other;
+    let mut batch = notes::batch_for(rel);
+    // A moved row's subscribers find it by its old key; an updated one by
+    // its new key, unless the identity is the whole row.
+    notes::note_old_row(rel, &mut batch, rowid, &mut old, moves);
     // Large values go to TOAST; unchanged ones are shared with the old version.
     let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
     check_row_size(rel, (*tuple).t_len as usize);
 
     let mut value = Vec::with_capacity(HEADER_LEN + (*tuple).t_len as usize);
-    let mut batch = BatchBuilder::new();
     let new_rowid = if moves {
         // An indexed column changed: the row moves, so index entries for the
         // old key values keep pointing at the old rowid's tombstone.

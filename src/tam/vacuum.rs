@@ -73,6 +73,10 @@ impl Pass {
         if self.batch.encoded_len() + engine_client::entry_cost(key, value) > engine_client::batch_capacity() {
             self.flush(doing);
         }
+        if self.batch.is_empty() {
+            // Logical decoding skips it: versions frozen, removed or copied.
+            crate::logical::notes::note_maintenance(&mut self.batch);
+        }
         if let Err(e) = self.batch.push(key, value) {
             error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: {doing}: {e}"), "This is a bug in pasv.");
         }

@@ -16,6 +16,8 @@
 //! * `put_batch` — `PutBatch`, the write request, and its builder.
 //! * `scan` — `Scan`, the read request, and the writer of its answer.
 //! * `locks` — `LockRow`, `ReleaseLocks` and the `Lock` answer.
+//! * `logical_notes` — what a logged `PutBatch` carries after the request
+//!   for logical decoding (never sent to the engine).
 //! * `persistence` — `Committed` (flush flags at commit) and the rows of a
 //!   `Persistence` report.
 //! * `error` — error classes, and the ways a message can be malformed.
@@ -72,6 +74,7 @@
 mod entries;
 mod error;
 mod locks;
+mod logical_notes;
 mod persistence;
 mod put_batch;
 mod scan;
@@ -83,10 +86,11 @@ use std::fmt;
 pub use entries::{entry_encoded_len, max_entry_payload, EntryBatch, EntryIter, ENTRY_HEADER_LEN};
 pub use error::{ErrorCode, ProtocolError};
 pub use locks::{entries_into_granted_lock, LockMode};
+pub use logical_notes::{parse_notes, LogicalNotes, Note, NOTES_MAGIC};
 pub use persistence::{
     decode_persistence, encode_committed, CommitNotice, encode_persistence, PersistenceRow, RelList, PERSISTENCE_LEN,
 };
-pub use put_batch::{encode_put_batch, BatchBuilder, PUT_BATCH_LSN_AT};
+pub use put_batch::{encode_put_batch, put_batch_len, BatchBuilder, PUT_BATCH_LSN_AT};
 pub use scan::ScanWriter;
 
 use locks::LOCK_ROW_BODY_LEN;

@@ -11,6 +11,7 @@
 //! as it stands.
 
 use super::entries::{check_entry_lens, entry_encoded_len, write_entry};
+use super::logical_notes::{LogicalNotes, Note};
 use super::{encode_request, read_u64, CfRef, EntryBatch, ProtocolError, Request, LSN_LEN, REQUEST_HEADER_LEN};
 
 /// Byte offset of a `PutBatch`'s LSN in its encoding.
@@ -21,6 +22,8 @@ pub const PUT_BATCH_LSN_AT: usize = REQUEST_HEADER_LEN;
 pub struct BatchBuilder {
     buf: Vec<u8>,
     count: u32,
+    /// Logged after the request, never sent (see `logical_notes`).
+    notes: LogicalNotes,
 }
 
 impl BatchBuilder {
@@ -58,10 +61,21 @@ impl BatchBuilder {
         REQUEST_HEADER_LEN + LSN_LEN + self.buf.len()
     }
 
-    /// Empties the batch, keeping its allocation.
+    /// Empties the batch and its notes, keeping the allocations.
     pub fn clear(&mut self) {
         self.buf.clear();
         self.count = 0;
+        self.notes.clear();
+    }
+
+    /// Adds a logical note (logged with the batch, for logical decoding).
+    pub fn note(&mut self, note: Note<'_>) -> Result<(), ProtocolError> {
+        self.notes.push(note)
+    }
+
+    /// The batch's logical notes, encoded (empty if none).
+    pub fn notes(&self) -> &[u8] {
+        self.notes.bytes()
     }
 
     /// The entries as a batch (what the engine receives).
@@ -92,6 +106,12 @@ pub fn encode_put_batch(
 /// Length of the `PutBatch` request that carries `batch`.
 pub(super) fn request_len(batch: EntryBatch<'_>) -> usize {
     REQUEST_HEADER_LEN + LSN_LEN + batch.encoded_len()
+}
+
+/// Length of the `PutBatch` request that carries `batch` (a logged message
+/// is that request, then its logical notes).
+pub fn put_batch_len(batch: EntryBatch<'_>) -> usize {
+    request_len(batch)
 }
 
 /// Writes a `PutBatch` body into `body`, which is exactly its length.
