@@ -8,6 +8,10 @@ CREATE TABLE ld_bad (a no_such_type);
 DO $$ BEGIN EXECUTE 'CREATE TABLE ld_bad (a no_such_type)'; END $$;
 CREATE TABLE ld_heap (id int PRIMARY KEY, v text, n int) USING heap;
 CREATE TABLE ld_pasv (id int PRIMARY KEY, v text, n int) USING pasv;
+-- The same in a tablespace that is not the database's default.
+SET allow_in_place_tablespaces = true;
+CREATE TABLESPACE ld_ts LOCATION '';
+CREATE TABLE ld_pts (id int PRIMARY KEY, v text, n int) USING pasv TABLESPACE ld_ts;
 -- A value stored out of line by both (incompressible, 19 200 bytes: pasv
 -- keeps rows up to 16 kB inline).
 CREATE FUNCTION ld_big() RETURNS text LANGUAGE sql
@@ -38,10 +42,11 @@ BEGIN
   EXECUTE format('ALTER TABLE %I REPLICA IDENTITY DEFAULT', t);
   EXECUTE format('TRUNCATE %I', t);
 END $$;
-CREATE PUBLICATION ld_dec FOR TABLE ld_heap, ld_pasv;
+CREATE PUBLICATION ld_dec FOR TABLE ld_heap, ld_pasv, ld_pts;
 SELECT 'slot' FROM pg_create_logical_replication_slot('ld_slot', 'pgoutput');
 SELECT ld_work('ld_heap');
 SELECT ld_work('ld_pasv');
+SELECT ld_work('ld_pts');
 BEGIN;
 INSERT INTO ld_heap VALUES (8, 'rolled back', 80);
 INSERT INTO ld_pasv VALUES (8, 'rolled back', 80);
@@ -49,12 +54,14 @@ ROLLBACK;
 -- VACUUM, VACUUM FULL and CLUSTER write no row changes.
 DELETE FROM ld_heap WHERE id = 7;
 DELETE FROM ld_pasv WHERE id = 7;
+DELETE FROM ld_pts WHERE id = 7;
 VACUUM ld_heap;
 VACUUM ld_pasv;
 VACUUM FULL ld_pasv;
 CLUSTER ld_pasv USING ld_pasv_pkey;
 SELECT ld_work_full('ld_heap');
 SELECT ld_work_full('ld_pasv');
+SELECT ld_work_full('ld_pts');
 -- pgoutput's row messages: INSERT, UPDATE, DELETE (relation id in bytes
 -- 2-5) and TRUNCATE (relation ids from byte 7); the ids zeroed, the rest
 -- compared byte for byte. Which table a message is for: its relation id.
@@ -66,17 +73,25 @@ ALTER TABLE ld_changes ADD am text, ADD change text;
 UPDATE ld_changes SET
   am = CASE WHEN get_byte(data, 0) = ascii('T') THEN 'truncate'
             WHEN ('x' || encode(substr(data, 2, 4), 'hex'))::bit(32)::int = 'ld_pasv'::regclass::oid::int THEN 'pasv'
+            WHEN ('x' || encode(substr(data, 2, 4), 'hex'))::bit(32)::int = 'ld_pts'::regclass::oid::int THEN 'pasv_ts'
             ELSE 'heap' END,
   change = CASE WHEN get_byte(data, 0) = ascii('T') THEN encode(substr(data, 1, 6), 'hex')
                 ELSE chr(get_byte(data, 0)) || ' ' || regexp_replace(encode(substr(data, 6), 'escape'), '[0-9a-f]{32}[0-9a-f]*', '<big>', 'g') END;
-SELECT am, change FROM ld_changes WHERE am <> 'heap' ORDER BY n;
+SELECT am, change FROM ld_changes WHERE am IN ('pasv', 'truncate') ORDER BY n;
 -- Heap's changes, in heap's order, are exactly pasv's.
-SELECT count(*) AS heap_changes FROM ld_changes WHERE am = 'heap';
+SELECT am, count(*) AS changes FROM ld_changes GROUP BY am ORDER BY am;
 (SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap'
  EXCEPT ALL
  SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv')
 UNION ALL
 (SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv'
+ EXCEPT ALL
+ SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap');
+(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap'
+ EXCEPT ALL
+ SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv_ts')
+UNION ALL
+(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv_ts'
  EXCEPT ALL
  SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap');
 SELECT pg_drop_replication_slot('ld_slot');
@@ -130,5 +145,6 @@ DROP SUBSCRIPTION ld_sub;
 \c :publisher_db
 DROP DATABASE ld_subscriber;
 DROP PUBLICATION ld_pub;
-DROP TABLE ld_heap, ld_pasv;
+DROP TABLE ld_heap, ld_pasv, ld_pts;
+DROP TABLESPACE ld_ts;
 DROP FUNCTION ld_work, ld_work_full, ld_big;
