@@ -203,3 +203,49 @@ RESET enable_seqscan;
 RESET enable_bitmapscan;
 SELECT count(*), sum(v) FROM ra WHERE k BETWEEN 1 AND 2000;
 DROP TABLE ra;
+
+-- UPDATE statement triggers with transition tables see the old rows in OLD
+-- TABLE (they saw the new ones: the executor fetches OLD by TID after the
+-- update), on the table itself and through a partitioned parent.
+CREATE TABLE tt_plain (k int PRIMARY KEY, v text) USING pasv;
+CREATE TABLE tt_parted (k int PRIMARY KEY, v text) PARTITION BY RANGE (k);
+CREATE TABLE tt_part1 PARTITION OF tt_parted FOR VALUES FROM (0) TO (100) USING pasv;
+CREATE FUNCTION tt_show() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE NOTICE '%: old %, new %', TG_TABLE_NAME,
+    (SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM old_rows),
+    (SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM new_rows);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER tt_plain_upd AFTER UPDATE ON tt_plain REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION tt_show();
+CREATE TRIGGER tt_parted_upd AFTER UPDATE ON tt_parted REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION tt_show();
+INSERT INTO tt_plain VALUES (1, 'a'), (2, 'b');
+INSERT INTO tt_parted VALUES (1, 'a'), (2, 'b');
+UPDATE tt_plain SET v = v || '!';
+UPDATE tt_parted SET v = v || '!';
+INSERT INTO tt_parted VALUES (1, 'c') ON CONFLICT (k) DO UPDATE SET v = excluded.v;
+DROP TABLE tt_plain, tt_parted;
+DROP FUNCTION tt_show;
+
+-- Sequential scans count in pg_stat_user_tables (seq_scan, seq_tup_read,
+-- last_seq_scan) and a block per rowid block in pg_statio_user_tables, as
+-- heap's do (they counted nothing); bitmap scans count the rows fetched.
+CREATE TABLE st (k int PRIMARY KEY, v int) USING pasv;
+INSERT INTO st SELECT g, g FROM generate_series(1, 1000) g;
+SELECT pg_stat_force_next_flush();
+SELECT seq_scan AS seq_before, seq_tup_read AS read_before FROM pg_stat_user_tables WHERE relname = 'st' \gset
+SELECT count(*) FROM st;
+SELECT count(*) FROM st WHERE v > 500;
+SET enable_seqscan = off;
+SET enable_indexscan = off;
+SELECT count(*) FROM st WHERE k < 100;
+RESET enable_seqscan;
+RESET enable_indexscan;
+SELECT pg_stat_force_next_flush();
+SELECT seq_scan - :seq_before AS seq_scans, seq_tup_read - :read_before AS rows_read,
+       last_seq_scan IS NOT NULL AS has_last_seq_scan, idx_tup_fetch >= 99 AS bitmap_fetched
+  FROM pg_stat_user_tables WHERE relname = 'st';
+SELECT heap_blks_hit >= 8 AS blocks_counted FROM pg_statio_user_tables WHERE relname = 'st';
+DROP TABLE st;

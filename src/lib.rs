@@ -70,7 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
         shmem::install_hooks();
         xact::register();
         tam::ddl::install_object_access_hook();
-        tam::forklen::install_invalidation_callback();
+        tam::install_invalidation_callback();
         logical::decode::install();
         utility_hook::install();
     }

@@ -91,14 +91,8 @@ pub unsafe fn trim(rel: pg_sys::Relation, blocks: u64) {
     KNOWN.with(|k| k.borrow_mut().clear());
 }
 
-/// Register the relcache callback that forgets known fork lengths.
-///
-/// # Safety
-/// Once, from `_PG_init`.
-pub unsafe fn install_invalidation_callback() {
-    pg_sys::CacheRegisterRelcacheCallback(Some(forget_lengths), pg_sys::Datum::from(0usize));
-}
-
-unsafe extern "C-unwind" fn forget_lengths(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+/// Forget the known fork lengths (a relcache invalidation: a VACUUM
+/// elsewhere may have shortened a fork).
+pub fn forget_lengths() {
     KNOWN.with(|k| k.borrow_mut().clear());
 }

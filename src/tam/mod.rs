@@ -7,11 +7,12 @@
 
 pub mod ddl;
 mod fetch;
-pub(crate) mod forklen;
+mod forklen;
 mod maintenance;
 mod modify;
 mod rowops;
 mod scan;
+mod scan_stats;
 mod ssi;
 mod stream;
 mod toast;
@@ -202,4 +203,18 @@ pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &
 pub(crate) fn forget_cached_rows() {
     stream::forget_last_row();
     rowops::forget_locked_chain();
+}
+
+/// Register the relcache callback that empties the table AM's caches of
+/// relation facts (fork lengths, partitions' trigger facts).
+///
+/// # Safety
+/// Once, from `_PG_init`.
+pub unsafe fn install_invalidation_callback() {
+    pg_sys::CacheRegisterRelcacheCallback(Some(relcache_invalidated), pg_sys::Datum::from(0usize));
+}
+
+unsafe extern "C-unwind" fn relcache_invalidated(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    forklen::forget_lengths();
+    rowops::forget_cached();
 }

@@ -464,12 +464,58 @@ unsafe fn indexed_columns_change(
     change
 }
 
-/// AFTER ROW UPDATE triggers (foreign keys included) fetch OLD and NEW by
-/// TID at the end of the statement; they must differ, so such tables move
-/// every updated row to a new rowid.
+/// AFTER ROW UPDATE triggers (foreign keys included) and the transition
+/// tables of UPDATE triggers (`REFERENCING OLD TABLE / NEW TABLE`, on the
+/// table or on a partitioned table above it) fetch OLD and NEW by TID at
+/// the end of the statement; they must differ, so such tables move every
+/// updated row to a new rowid.
 unsafe fn has_after_update_row_triggers(rel: pg_sys::Relation) -> bool {
     let t = (*rel).trigdesc;
-    !t.is_null() && (*t).trig_update_after_row
+    if !t.is_null() && ((*t).trig_update_after_row || (*t).trig_update_old_table || (*t).trig_update_new_table) {
+        return true;
+    }
+    (*(*rel).rd_rel).relispartition && ancestor_has_transition_tables((*rel).rd_id)
+}
+
+thread_local! {
+    /// Partitions known to have (or not) an ancestor with UPDATE transition
+    /// tables; emptied by every relcache invalidation ([`forget_cached`]).
+    static ANCESTOR_TRANSITIONS: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, bool>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+// catalog/partition.h; not in pgrx's PG16 bindings. Called through
+// pg_guard_ffi_boundary.
+extern "C-unwind" {
+    fn get_partition_ancestors(relid: pg_sys::Oid) -> *mut pg_sys::List;
+}
+
+unsafe fn ancestor_has_transition_tables(relid: pg_sys::Oid) -> bool {
+    if let Some(known) = ANCESTOR_TRANSITIONS.with(|m| m.borrow().get(&relid).copied()) {
+        return known;
+    }
+    let ancestors = pg_sys::ffi::pg_guard_ffi_boundary(|| get_partition_ancestors(relid));
+    let mut found = false;
+    let n = if ancestors.is_null() { 0 } else { (*ancestors).length };
+    for i in 0..n.max(0) as usize {
+        let oid = (*(*ancestors).elements.add(i)).oid_value;
+        let parent = pg_sys::RelationIdGetRelation(oid);
+        if parent.is_null() {
+            continue;
+        }
+        let t = (*parent).trigdesc;
+        found |= !t.is_null() && ((*t).trig_update_old_table || (*t).trig_update_new_table);
+        pg_sys::RelationClose(parent);
+    }
+    pg_sys::list_free(ancestors);
+    ANCESTOR_TRANSITIONS.with(|m| m.borrow_mut().insert(relid, found));
+    found
+}
+
+/// Forget what [`ancestor_has_transition_tables`] learnt (a relcache
+/// invalidation: triggers or partitions may have changed).
+pub(super) fn forget_cached() {
+    ANCESTOR_TRANSITIONS.with(|m| m.borrow_mut().clear());
 }
 
 fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u8; HEADER_LEN] {

@@ -27,6 +27,8 @@ pub struct PasvScan {
     /// one bitmap block).
     range_lo: u64,
     range_hi: u64,
+    /// The rowid block (+1; 0: none yet) last counted in the statistics.
+    stats_block: u64,
     tuple: pg_sys::HeapTupleData,
     /// Bitmap scans: -2 when not a bitmap scan; for the current block, -1
     /// when lossy, else the number of exact offsets at `bm_offsets`.
@@ -102,6 +104,7 @@ impl PasvScan {
                     continue;
                 }
                 self.cur_rowid = row.rowid;
+                super::scan_stats::row_returned(rel, self.base.rs_flags, row.rowid, &mut self.stats_block);
                 describe_row(rel, &row, &mut self.tuple);
                 store_in_slot(&mut self.tuple, slot);
                 return true;
@@ -262,6 +265,7 @@ pub unsafe extern "C-unwind" fn scan_begin(
     }
     s.bm_ntuples = -2;
     s.sample_block = pg_sys::InvalidBlockNumber;
+    super::scan_stats::scan_started(rel, flags);
     std::ptr::write(&mut s.tid_blocks, None);
     if pscan.is_null() {
         s.range_lo = 0;
@@ -317,6 +321,8 @@ pub unsafe extern "C-unwind" fn scan_rescan(
     s.at_row = false;
     s.moved_back = false;
     s.tid_blocks = None;
+    s.stats_block = 0;
+    super::scan_stats::scan_started(s.base.rs_rd, s.base.rs_flags);
 }
 
 /// Whether `tid` may name a row of the scanned table: its block lies within
