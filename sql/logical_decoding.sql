@@ -78,22 +78,20 @@ UPDATE ld_changes SET
   change = CASE WHEN get_byte(data, 0) = ascii('T') THEN encode(substr(data, 1, 6), 'hex')
                 ELSE chr(get_byte(data, 0)) || ' ' || regexp_replace(encode(substr(data, 6), 'escape'), '[0-9a-f]{32}[0-9a-f]*', '<big>', 'g') END;
 SELECT am, change FROM ld_changes WHERE am IN ('pasv', 'truncate') ORDER BY n;
--- Heap's changes, in heap's order, are exactly pasv's.
+-- Heap's changes, in heap's order, are exactly pasv's (both tables').
+CREATE FUNCTION ld_differ(other text) RETURNS TABLE (change text, pos bigint) LANGUAGE sql AS $$
+  (SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap'
+   EXCEPT ALL
+   SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = other)
+  UNION ALL
+  (SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = other
+   EXCEPT ALL
+   SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap')
+$$;
 SELECT am, count(*) AS changes FROM ld_changes GROUP BY am ORDER BY am;
-(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap'
- EXCEPT ALL
- SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv')
-UNION ALL
-(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv'
- EXCEPT ALL
- SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap');
-(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap'
- EXCEPT ALL
- SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv_ts')
-UNION ALL
-(SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'pasv_ts'
- EXCEPT ALL
- SELECT change, row_number() OVER (ORDER BY n) FROM ld_changes WHERE am = 'heap');
+SELECT * FROM ld_differ('pasv');
+SELECT * FROM ld_differ('pasv_ts');
+DROP FUNCTION ld_differ;
 SELECT pg_drop_replication_slot('ld_slot');
 DROP TABLE ld_changes;
 DROP PUBLICATION ld_dec;

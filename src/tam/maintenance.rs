@@ -549,7 +549,7 @@ const HEAP_USABLE_BYTES_PER_PAGE: i32 = pg_sys::BLCKSZ as i32 - 24;
 /// * tuples: from the density ANALYZE or VACUUM recorded (per rowid block,
 ///   the unit of `relpages` for pasv) times the rowid blocks now, never more
 ///   than the entries; or, never analyzed, heap's guess of full pages;
-/// * heap's "never vacuumed: at least 10 pages" rule;
+/// * heap's "never vacuumed or analyzed: at least 10 pages" rule;
 /// * the all-visible share VACUUM recorded.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn relation_estimate_size(
@@ -572,7 +572,9 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
     let recorded = (relpages > 0.0 && reltuples >= 0.0)
         .then(|| (reltuples / relpages * rowid_blocks as f64).min(entries).round());
     let mut heap_pages = (entries.max(recorded.unwrap_or(0.0)) / density).ceil();
-    if heap_pages < 10.0 && class.relpages == 0 && !class.relhassubclass {
+    // Heap's rule (PostgreSQL 16): at least 10 pages for a table never
+    // vacuumed or analyzed; one that was, and is empty, is empty.
+    if heap_pages < 10.0 && reltuples < 0.0 && !class.relhassubclass {
         heap_pages = 10.0;
     }
     *pages = heap_pages.min(f64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
