@@ -137,20 +137,19 @@ enum Change<'a> {
 
 unsafe fn queue_row_changes(ctx: *mut pg_sys::LogicalDecodingContext, buf: &RecordBuffer) {
     let Some(payload) = pasv_payload(ctx, buf) else { return };
+    // pasv writes only change batches under its prefix, but any session may
+    // log a message with it (`pg_logical_emit_message`): such a message is
+    // skipped, as recovery skips it, rather than stopping every decoder.
     let Ok(Request::PutBatch { cf, batch, .. }) = decode_request(payload) else {
-        crate::error::raise(
-            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-            format!("pasv: a change message at {} is not a change batch", crate::fmt_lsn(buf.origptr)),
-            "This is a bug in pasv, or the WAL is damaged.",
-        );
+        pgrx::warning!("pasv: skipping a \"pasv\" message at {} that is not a change batch", crate::fmt_lsn(buf.origptr));
+        return;
     };
     let notes = match parse_notes(&payload[put_batch_len(batch).min(payload.len())..]) {
         Ok(notes) => notes,
-        Err(e) => crate::error::raise(
-            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-            format!("pasv: the logical notes of the change message at {} are damaged: {e}", crate::fmt_lsn(buf.origptr)),
-            "This is a bug in pasv, or the WAL is damaged.",
-        ),
+        Err(e) => {
+            pgrx::warning!("pasv: skipping the change message at {}: its logical notes are damaged: {e}", crate::fmt_lsn(buf.origptr));
+            return;
+        }
     };
     if notes.contains(&Note::Maintenance) {
         return;
