@@ -2,7 +2,7 @@
 //! first written to PostgreSQL's WAL as a *transactional* logical message
 //! with prefix `pasv`, carrying the exact keys and values — the encoded
 //! `PutBatch` request itself (an empty value deletes a key), followed by the
-//! batch's logical notes when it has any (`logical_decoding.rs`). Messages of
+//! batch's logical notes when it has any (`src/logical/`). Messages of
 //! aborted (sub)transactions are dropped by logical decoding; replaying the
 //! committed ones in commit order rebuilds what a crash lost (`replay/`).
 //! Not in `unlogged` mode, which logs nothing.
@@ -32,13 +32,14 @@ extern "C-unwind" {
 }
 
 /// `xl_logical_message` up to its payload (replication/message.h; not in
-/// pgrx's PG16 bindings): `SizeOfLogicalMessage` is 24 bytes.
+/// pgrx's PG16 bindings): `SizeOfLogicalMessage` is 24 bytes. Written here,
+/// read back by `logical::decode`.
 #[repr(C)]
-struct LogicalMessageHeader {
-    db_id: pg_sys::Oid,
-    transactional: bool,
-    prefix_size: usize,
-    message_size: usize,
+pub(crate) struct LogicalMessageHeader {
+    pub(crate) db_id: pg_sys::Oid,
+    pub(crate) transactional: bool,
+    pub(crate) prefix_size: usize,
+    pub(crate) message_size: usize,
 }
 
 const _: () = assert!(std::mem::size_of::<LogicalMessageHeader>() == 24);

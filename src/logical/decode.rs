@@ -25,6 +25,7 @@
 //! noted. TOAST: large values are in a heap TOAST table whose own records
 //! come first, so PostgreSQL's reorder buffer reassembles them as for heap.
 
+use crate::wal::LogicalMessageHeader;
 use pasv_am::keys::decode_row_key;
 use pasv_am::protocol::{decode_request, parse_notes, put_batch_len, Note, Request};
 use pasv_am::row::{RowHeader, HEADER_LEN};
@@ -37,15 +38,6 @@ struct RecordBuffer {
     origptr: pg_sys::XLogRecPtr,
     endptr: pg_sys::XLogRecPtr,
     record: *mut pg_sys::XLogReaderState,
-}
-
-/// `xl_logical_message` up to its payload (24 bytes).
-#[repr(C)]
-struct MessageHeader {
-    db_id: pg_sys::Oid,
-    transactional: bool,
-    prefix_size: usize,
-    message_size: usize,
 }
 
 /// `SNAPBUILD_FULL_SNAPSHOT` of `SnapBuildState`.
@@ -93,11 +85,11 @@ unsafe fn pasv_payload<'a>(ctx: *mut pg_sys::LogicalDecodingContext, buf: &Recor
     let record = (*buf.record).record;
     let data = (*record).main_data as *const u8;
     let len = (*record).main_data_len as usize;
-    let header_len = std::mem::size_of::<MessageHeader>();
+    let header_len = std::mem::size_of::<LogicalMessageHeader>();
     if data.is_null() || len < header_len {
         return None;
     }
-    let header = std::ptr::read_unaligned(data as *const MessageHeader);
+    let header = std::ptr::read_unaligned(data as *const LogicalMessageHeader);
     let slot = &(*(*ctx).slot).data;
     if !header.transactional || header.db_id != slot.database {
         return None;

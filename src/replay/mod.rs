@@ -13,10 +13,6 @@
 pub mod plugin;
 pub mod worker;
 
-
-/// The output plugin recovery decodes with: the extension library itself.
-pub const PLUGIN_NAME: &str = "pasv";
-
 use crate::ipc::{self, client, DB_READY, SLOT_NOT_NEEDED};
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BackgroundWorkerStatus, BgWorkerStartTime, DynamicBackgroundWorker};
 use pgrx::pg_sys;
@@ -24,6 +20,9 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// The output plugin recovery decodes with: the extension library itself.
+pub const PLUGIN_NAME: &str = "pasv";
 
 thread_local! {
     /// This backend's database is known to be recovered (it never goes back).

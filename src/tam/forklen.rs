@@ -88,7 +88,7 @@ pub unsafe fn trim(rel: pg_sys::Relation, blocks: u64) {
         pg_sys::smgrtruncate(smgr, &mut fork, 1, &mut nblocks);
         pg_sys::CacheInvalidateRelcache(rel);
     }
-    KNOWN.with(|k| k.borrow_mut().clear());
+    forget_lengths();
 }
 
 /// Forget the known fork lengths (a relcache invalidation: a VACUUM

@@ -46,8 +46,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
             e.raise(&doing);
         }
     }
-    truncate(rel, params, &report);
-    let (blocks, _) = rowid_blocks(rel);
+    let blocks = truncate(rel, params, &report);
     let blocks = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
     // The share of all-visible rows, in the same (rowid block) unit as the
     // pages: the planner costs index-only scans by it, as for heap. pasv has
@@ -158,18 +157,20 @@ const TRUNCATE_LOCK_POLL_US: i64 = 50_000;
 /// in enough trailing rowid blocks, VACUUM takes an AccessExclusiveLock if
 /// it gets one within 5 s (else it leaves the size as it is). Under the
 /// lock the engine sets the size end to one past the highest row present
-/// (rows written since the pass count), and the fork follows.
-unsafe fn truncate(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, report: &super::vacuum::VacuumReport) {
+/// (rows written since the pass count), and the fork follows. Returns the
+/// rowid blocks the table's rows span afterwards (what `relpages` records).
+unsafe fn truncate(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, report: &super::vacuum::VacuumReport) -> u64 {
+    let (row_blocks, _) = rowid_blocks(rel);
     if !params.is_null() && (*params).truncate == pg_sys::VacOptValue::VACOPTVALUE_DISABLED {
-        return;
+        return row_blocks;
     }
     // The fork may be longer than the engine's size end: an insert stretches
     // it before its row is written, and an aborted insert may never be.
     let fork_blocks = pg_sys::smgrnblocks(pg_sys::RelationGetSmgr(rel), pg_sys::ForkNumber::MAIN_FORKNUM);
-    let blocks = rowid_blocks(rel).0.max(u64::from(fork_blocks));
+    let blocks = row_blocks.max(u64::from(fork_blocks));
     let freeable = blocks.saturating_sub(report.kept_end.div_ceil(ROWS_PER_BLOCK));
     if freeable == 0 || (freeable < REL_TRUNCATE_MINIMUM && freeable < blocks / REL_TRUNCATE_FRACTION) {
-        return;
+        return row_blocks;
     }
     let lock = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
     let mut locked = false;
@@ -183,13 +184,15 @@ unsafe fn truncate(rel: pg_sys::Relation, params: *mut pg_sys::VacuumParams, rep
     }
     if !locked {
         pgrx::debug1!("pasv: not truncating {}: another session holds a lock on it", rel_name(rel));
-        return;
+        return row_blocks;
     }
-    match engine_client::trim_size(cf_of(rel)) {
-        Ok(info) => super::forklen::trim(rel, info.size_end.div_ceil(ROWS_PER_BLOCK)),
+    let trimmed = match engine_client::trim_size(cf_of(rel)) {
+        Ok(info) => info.size_end.div_ceil(ROWS_PER_BLOCK),
         Err(e) => e.raise(&format!("truncating {}", rel_name(rel))),
-    }
+    };
+    super::forklen::trim(rel, trimmed);
     pg_sys::UnlockRelation(rel, lock);
+    trimmed
 }
 
 /// `VACUUM (PARALLEL n)` of a temporary table with two or more indexes:
