@@ -75,3 +75,24 @@ DO $$ BEGIN
 END $$;
 SELECT id, v FROM q ORDER BY id;
 DROP TABLE q;
+
+-- Row locks are taken in shared memory; a transaction that locks more rows
+-- than a bucket holds spills the rest to the engine's lock table. Another
+-- session still finds every row locked (SKIP LOCKED skips them all, NOWAIT
+-- fails), and after COMMIT none is.
+CREATE TABLE many (id int PRIMARY KEY, v int) USING pasv;
+INSERT INTO many SELECT g, 0 FROM generate_series(1, 40000) g;
+SELECT value AS shared_before FROM pasv.engine_stats() WHERE counter = 'row_locks_shared' \gset
+SELECT value AS spilled_before FROM pasv.engine_stats() WHERE counter = 'row_locks_spilled' \gset
+BEGIN;
+UPDATE many SET v = v + 1;
+SELECT value > :shared_before AS some_locks_shared, value < :shared_before + 40000 AS not_all_shared
+  FROM pasv.engine_stats() WHERE counter = 'row_locks_shared';
+SELECT value > :spilled_before AS some_locks_spilled FROM pasv.engine_stats() WHERE counter = 'row_locks_spilled';
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT count(*) AS skipped_all FROM (SELECT id FROM many FOR UPDATE SKIP LOCKED) s"
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT count(*) AS shared_locks_get_none FROM (SELECT id FROM many FOR KEY SHARE SKIP LOCKED) s"
+\! for id in 1 777 20000 39999; do "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT id FROM many WHERE id = $id FOR UPDATE NOWAIT" 2>&1 | head -1; done
+COMMIT;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT count(*) AS none_locked FROM (SELECT id FROM many FOR UPDATE SKIP LOCKED) s"
+SELECT count(*), sum(v) FROM many;
+DROP TABLE many;

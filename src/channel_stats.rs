@@ -78,9 +78,14 @@ fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value
     let sum = |counter: fn(&crate::ipc::SlotStats) -> &std::sync::atomic::AtomicU64| -> i64 {
         (0..chan.nslots()).map(|i| counter(&chan.slot(i).stats).load(Ordering::Relaxed) as i64).sum()
     };
+    let locks = crate::shmem::row_locks().map(|l| l.stats()).unwrap_or_default();
     let slots = [
         ("submits_behind_a_posted_request", sum(|s| &s.waited_for_previous)),
         ("read_aheads_discarded", sum(|s| &s.ahead_discarded)),
+        // Row locks granted in shared memory, and lock requests sent on to
+        // the engine's table because their bucket was full or spilled.
+        ("row_locks_shared", locks.granted as i64),
+        ("row_locks_spilled", locks.spilled as i64),
     ]
     .map(|(n, v)| (n.to_string(), v));
     TableIterator::new(rows.into_iter().chain(slots))

@@ -466,6 +466,26 @@ pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanC
     Ok(found.map(|len| ScanCopied { len }))
 }
 
+/// The newest `max` versions of row `rowid` of `cf` from the row cache, as
+/// a granted engine lock would bring them (`(key, value)` newest first, and
+/// whether older ones may exist), or `None` when the cache cannot tell. For
+/// a row this backend just locked: its own writes are applied first, and
+/// every earlier holder's were before it released the lock
+/// (`crate::row_locks`).
+pub fn cached_versions(cf: CfRef, rowid: u64, max: u8) -> Result<Option<(Vec<(Vec<u8>, Vec<u8>)>, bool)>, CallError> {
+    let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
+    flush_pending()?;
+    crate::replay::wait_for_recovery();
+    check_posted()?;
+    let mut versions = Vec::with_capacity(usize::from(max));
+    let more = cache.versions(cf, rowid, usize::from(max), |key, value| {
+        versions.push((key.to_vec(), value.to_vec()));
+        true
+    });
+    cache.note(more.is_some());
+    Ok(more.map(|more| (versions, more)))
+}
+
 /// The current transaction nest level (1: top level).
 fn nest_level() -> i32 {
     // SAFETY: plain read of the transaction state.

@@ -36,6 +36,7 @@ mod guc;
 mod ipc;
 mod logical;
 mod replay;
+mod row_locks;
 mod shmem;
 mod sql_api;
 mod tam;

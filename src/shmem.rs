@@ -79,6 +79,7 @@ unsafe extern "C-unwind" fn shmem_request() {
         prev();
     }
     pg_sys::RequestAddinShmemSpace(layout().total);
+    pg_sys::RequestAddinShmemSpace(row_locks_bytes());
     if row_cache_bytes() > 0 {
         pg_sys::RequestAddinShmemSpace(row_cache_bytes());
     }
@@ -88,6 +89,26 @@ unsafe extern "C-unwind" fn shmem_request() {
 fn row_cache_bytes() -> usize {
     let bytes = crate::guc::ROW_CACHE_MB.get().max(0) as usize * 1024 * 1024;
     pasv_am::row_cache::region_bytes(pasv_am::row_cache::sets_for(bytes))
+}
+
+/// Bytes of the shared row lock table (pasv_am::shared_row_locks), sized
+/// by the number of processes that can hold row locks.
+fn row_locks_bytes() -> usize {
+    // SAFETY: MaxBackends and max_prepared_xacts are final once
+    // shmem_request_hook runs (and in every later process).
+    let processes = unsafe { pg_sys::MaxBackends as usize + max_prepared_xacts as usize };
+    pasv_am::shared_row_locks::region_bytes(pasv_am::shared_row_locks::buckets_for(processes))
+}
+
+/// Where the shared row lock table lives in this process (set at every
+/// shared memory build); null before.
+static ROW_LOCKS: std::sync::atomic::AtomicPtr<u8> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The shared row lock table (`None` only outside a preloaded server).
+pub fn row_locks() -> Option<pasv_am::shared_row_locks::SharedRowLocks> {
+    let base = ROW_LOCKS.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: set to a formatted region of this server's shared memory.
+    (!base.is_null()).then(|| unsafe { pasv_am::shared_row_locks::SharedRowLocks::attach(base) }).flatten()
 }
 
 /// Where the row cache lives in this process (set at every shared memory
@@ -113,6 +134,14 @@ unsafe extern "C-unwind" fn shmem_startup() {
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(c"pasv channel".as_ptr(), layout.total, &mut found) as *mut u8;
     let chan = if found { Channel::from_raw(base, layout) } else { Channel::init(base, layout) };
+    let locks_bytes = row_locks_bytes();
+    let mut found_locks = false;
+    let locks = pg_sys::ShmemInitStruct(c"pasv row locks".as_ptr(), locks_bytes, &mut found_locks) as *mut u8;
+    if !found_locks {
+        std::ptr::write_bytes(locks, 0, locks_bytes);
+        pasv_am::shared_row_locks::SharedRowLocks::format(locks, locks_bytes);
+    }
+    ROW_LOCKS.store(locks, std::sync::atomic::Ordering::Relaxed);
     let cache_bytes = row_cache_bytes();
     if cache_bytes > 0 {
         let mut found = false;

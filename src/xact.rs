@@ -35,28 +35,6 @@ struct Pending {
 thread_local! {
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
     static WROTE: Cell<bool> = const { Cell::new(false) };
-    /// The top-level xid holding engine row locks, if any.
-    static LOCKS_OF: Cell<u32> = const { Cell::new(0) };
-}
-
-/// This transaction (top-level `xid`) may hold engine row locks.
-pub fn mark_locks_held(xid: u32) {
-    LOCKS_OF.with(|l| l.set(xid));
-}
-
-/// Release this transaction's row locks (at its end; never ERRORs). A failed
-/// release is healed by the next locker, which evicts holders that ended.
-fn release_row_locks() {
-    let xid = LOCKS_OF.with(|l| l.replace(0));
-    release_row_locks_of(xid);
-}
-
-fn release_row_locks_of(xid: u32) {
-    if xid != 0 {
-        if let Err(e) = engine_client::release_locks(xid) {
-            pgrx::log!("pasv: releasing the row locks of transaction {xid}: {e}");
-        }
-    }
 }
 
 pub fn schedule(action: Action, when: When) {
@@ -158,7 +136,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             // message (as on heap): leave it that one.
             // SAFETY: a plain read of a backend global.
             let used_temp = unsafe { pg_sys::MyXactFlags as u32 & pg_sys::XACT_FLAGS_ACCESSEDTEMPNAMESPACE != 0 };
-            if !used_temp && (WROTE.with(|w| w.get()) || LOCKS_OF.with(|l| l.get()) != 0) {
+            if !used_temp && (WROTE.with(|w| w.get()) || crate::row_locks::any_held()) {
                 error::not_supported(
                     "PREPARE TRANSACTION",
                     "Commit or roll back transactions that write or lock rows of pasv tables directly.",
@@ -168,10 +146,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
             crate::tam::forget_cached_rows();
             engine_client::owed_clear(); // settled at pre-commit
-            let locks_of = LOCKS_OF.with(|l| l.replace(0));
-            if !crate::flushflag::after_commit(locks_of) {
-                release_row_locks_of(locks_of);
-            }
+            crate::row_locks::release_at_commit(crate::flushflag::after_commit);
             finish_levels(0, When::Commit);
             WROTE.with(|w| w.set(false));
         }
@@ -180,7 +155,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             engine_client::discard_pending();
             engine_client::owed_clear();
             crate::flushflag::after_abort();
-            release_row_locks();
+            crate::row_locks::release_at_abort();
             finish_levels(0, When::Abort);
             WROTE.with(|w| w.set(false));
         }

@@ -12,6 +12,8 @@
 //! * [`row_locks`] — the in-memory row lock table the engine serves.
 //! * [`row_cache`] — recent one-row answers, written by the engine and read
 //!   by backends without a round trip.
+//! * [`shared_row_locks`] — row locks backends take in shared memory,
+//!   spilling to [`row_locks`] when a bucket is full.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 //! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
 //! * [`wal_order`] — WAL before data: the RocksDB flush listener.
@@ -25,6 +27,7 @@ pub mod row;
 pub mod row_cache;
 pub mod row_locks;
 pub mod server;
+pub mod shared_row_locks;
 pub mod wal_order;
 
 /// What the extension's `pasv_version()` reports (kept as the scaffold had it).

@@ -260,6 +260,14 @@ impl RowCache {
     /// acknowledged, hence merged here, before that holder released it; a
     /// backend's own earlier writes were answered before this request ran.
     pub fn read_versions(&self, cf: CfRef, rowid: u64, max: usize, out: &mut ScanWriter<'_>) -> Option<bool> {
+        self.versions(cf, rowid, max, |key, value| out.try_push(key, value))
+    }
+
+    /// [`RowCache::read_versions`] handing each `(key, value)` to `push`
+    /// (false: it has no room, and the answer is `None`). Backends call it for
+    /// a row they locked in shared memory ([`crate::shared_row_locks`]),
+    /// sound for the same reason.
+    pub fn versions(&self, cf: CfRef, rowid: u64, max: usize, mut push: impl FnMut(&[u8], &[u8]) -> bool) -> Option<bool> {
         let mut buf = [0u8; MAX_ANSWER];
         let (len, complete) = self.lookup_answer(cf, rowid, &mut buf)?;
         let (entries, _) = entries_of(&buf[..len])?;
@@ -271,7 +279,7 @@ impl RowCache {
             return None;
         };
         for (key, value) in entries.iter().take(max) {
-            if !out.try_push(key, value) {
+            if !push(key, value) {
                 return None;
             }
         }

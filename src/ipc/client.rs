@@ -361,6 +361,25 @@ pub fn take_posted_answer() -> Result<Option<Vec<u8>>, ChannelError> {
     Ok(POSTED_ANSWER.with(|a| a.borrow_mut().take()))
 }
 
+/// Wait until this backend's main slot has no request in flight (a posted
+/// write is applied), keeping a checked post's answer for
+/// [`take_posted_answer`]. Never ERRORs (abort callbacks call it, with
+/// interrupts held): false when the engine is not running or no channel is
+/// mapped.
+pub fn settle() -> bool {
+    let Some(chan) = channel() else { return false };
+    let Ok(i) = my_slot(&chan) else { return false };
+    let state = chan.slot(i).state.load(Ordering::Acquire);
+    if state == IDLE || state == DONE {
+        return true;
+    }
+    if wait_done(&chan, i).is_err() {
+        return false;
+    }
+    keep_posted_answer(&chan, i);
+    true
+}
+
 /// Forget a checked post's answer (the transaction aborted: whatever it
 /// wrote is dead).
 pub fn forget_posted_answer() {

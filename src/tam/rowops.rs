@@ -235,7 +235,7 @@ enum LockResult {
     Busy { holder: u32 },
 }
 
-/// Take the engine row lock for this transaction, waiting on the holder
+/// Take the row lock for this transaction (`crate::row_locks`), waiting on the holder
 /// through PostgreSQL's lock manager so the deadlock detector sees the wait.
 unsafe fn lock_row(
     rel: pg_sys::Relation,
@@ -257,11 +257,10 @@ unsafe fn lock_row(
     loop {
         // The head and the version after it: what Chain::read reads first.
         let read = if read_chain { 2 } else { 0 };
-        let outcome = match engine_client::lock_row(cf, rowid, xid, mode, evict, read) {
+        let outcome = match crate::row_locks::lock(cf, rowid, xid, mode, evict, read) {
             Ok(o) => o,
             Err(e) => e.raise(&format!("locking a row of {}", rel_name(rel))),
         };
-        crate::xact::mark_locks_held(xid);
         if outcome.granted {
             let chain = if read_chain {
                 Chain::from_lock(&outcome.versions, outcome.more, &format!("locking a row of {}", rel_name(rel)))

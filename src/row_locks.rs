@@ -1,0 +1,157 @@
+//! This backend's row locks: taken in the shared-memory table
+//! (`pasv_am::shared_row_locks`) without a round trip, or in the engine's
+//! table when the row's bucket is full or spilled, and released when the
+//! transaction ends.
+//!
+//! Owns what the backend remembers of its locks: the rows it holds in
+//! shared memory, the buckets it spilled, and whether the engine may hold
+//! locks of its transaction. `xact.rs` calls the release at commit and abort;
+//! `tam/rowops.rs` takes locks through [`lock`].
+//!
+//! Invariants:
+//! * A row lock is released only after every write its holder made under it
+//!   was applied by the engine (and so merged into the row cache): at commit
+//!   the pre-commit drain did it; at abort [`release_at_abort`] waits for the
+//!   backend's request in flight first. The next holder reads the row's
+//!   versions from the row cache on that promise.
+//! * Locks are keyed by the top-level xid and held to the end of the
+//!   top-level transaction (a subtransaction's abort keeps them).
+
+use crate::engine_client::{self, LockOutcome};
+use crate::error::CallError;
+use pasv_am::protocol::{CfRef, LockMode};
+use pasv_am::shared_row_locks::Outcome;
+use std::cell::{Cell, RefCell};
+
+thread_local! {
+    /// The top-level xid and the rows it holds in shared memory.
+    static HELD: RefCell<(u32, Vec<(CfRef, u64)>)> = const { RefCell::new((0, Vec::new())) };
+    /// Buckets whose spill count this transaction raised and keeps raised.
+    static SPILLED: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// The top-level xid that may hold locks in the engine's table (0: none).
+    static ENGINE_HOLDER: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Ask for `mode` on row `(cf, rowid)` for top-level transaction `xid`;
+/// `evict` names a transaction known to have ended whose holding is stale.
+/// Granted with `read` > 0: the row's newest `read` versions come with the
+/// answer when the row cache (or the engine, for a spilled bucket) has them;
+/// otherwise `versions` is empty and `more` true (the caller reads the row).
+pub fn lock(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u8) -> Result<LockOutcome, CallError> {
+    let Some(table) = crate::shmem::row_locks() else {
+        return lock_in_engine(cf, rowid, xid, mode, evict, read, None);
+    };
+    match table.lock(cf, rowid, xid, mode, evict) {
+        Outcome::Granted { already } => {
+            if !already {
+                HELD.with(|h| {
+                    let mut h = h.borrow_mut();
+                    if h.0 != xid {
+                        debug_assert!(h.1.is_empty());
+                        h.1.clear();
+                        h.0 = xid;
+                    }
+                    h.1.push((cf, rowid));
+                });
+            }
+            let (versions, more) = if read > 0 {
+                engine_client::cached_versions(cf, rowid, read)?.unwrap_or((Vec::new(), true))
+            } else {
+                (Vec::new(), false)
+            };
+            Ok(LockOutcome { granted: true, already_held: already, holder: 0, versions, more })
+        }
+        Outcome::Conflict { holder } => {
+            Ok(LockOutcome { granted: false, already_held: false, holder, versions: Vec::new(), more: false })
+        }
+        Outcome::Engine { bucket } => lock_in_engine(cf, rowid, xid, mode, evict, read, Some(bucket)),
+    }
+}
+
+/// The engine's table decides; `spilled` is the bucket whose spill count
+/// was raised for this request (kept while the engine holds the lock).
+fn lock_in_engine(
+    cf: CfRef,
+    rowid: u64,
+    xid: u32,
+    mode: LockMode,
+    evict: u32,
+    read: u8,
+    spilled: Option<u32>,
+) -> Result<LockOutcome, CallError> {
+    ENGINE_HOLDER.with(|e| e.set(xid));
+    let outcome = engine_client::lock_row(cf, rowid, xid, mode, evict, read);
+    if let Some(bucket) = spilled {
+        match &outcome {
+            Ok(o) if o.granted && !o.already_held => SPILLED.with(|s| s.borrow_mut().push(bucket)),
+            _ => {
+                if let Some(table) = crate::shmem::row_locks() {
+                    table.unspill(bucket);
+                }
+            }
+        }
+    }
+    outcome
+}
+
+/// Whether this transaction holds, or may hold, row locks.
+pub fn any_held() -> bool {
+    ENGINE_HOLDER.with(|e| e.get()) != 0 || HELD.with(|h| !h.borrow().1.is_empty())
+}
+
+/// At commit (writes drained): release the shared-memory locks, and call
+/// `commit_notice(xid)` with the xid whose locks the engine may hold (0:
+/// none); it returns whether it released them with its own request (the
+/// flush flags' notice does), else they are released here. Never ERRORs.
+pub fn release_at_commit(commit_notice: impl FnOnce(u32) -> bool) {
+    release_shared();
+    let xid = ENGINE_HOLDER.with(|e| e.replace(0));
+    if !commit_notice(xid) && xid != 0 {
+        release_engine_locks(xid);
+    }
+    unspill_all();
+}
+
+/// At abort: wait for this backend's request in flight (a write made under
+/// a lock must be applied before the lock goes), then release. Never ERRORs.
+pub fn release_at_abort() {
+    if !any_held() {
+        return;
+    }
+    crate::ipc::client::settle();
+    release_shared();
+    let xid = ENGINE_HOLDER.with(|e| e.replace(0));
+    if xid != 0 {
+        release_engine_locks(xid);
+    }
+    unspill_all();
+}
+
+fn release_shared() {
+    let (xid, rows) = HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        (std::mem::replace(&mut h.0, 0), std::mem::take(&mut h.1))
+    });
+    if let (Some(table), false) = (crate::shmem::row_locks(), rows.is_empty()) {
+        for (cf, rowid) in rows {
+            table.release(cf, rowid, xid);
+        }
+    }
+}
+
+/// Release every engine-held lock of `xid` (posted; never ERRORs). A failed
+/// release is healed by the next locker, which evicts holders that ended.
+fn release_engine_locks(xid: u32) {
+    if let Err(e) = engine_client::release_locks(xid) {
+        pgrx::log!("pasv: releasing the row locks of transaction {xid}: {e}");
+    }
+}
+
+fn unspill_all() {
+    let buckets = SPILLED.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    if let Some(table) = crate::shmem::row_locks() {
+        for bucket in buckets {
+            table.unspill(bucket);
+        }
+    }
+}
