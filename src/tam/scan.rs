@@ -35,6 +35,9 @@ pub struct PasvScan {
     bm_ntuples: i32,
     bm_index: i32,
     bm_offsets: *const pg_sys::OffsetNumber,
+    /// An exact bitmap block with few offsets: each is read as one row (the
+    /// row cache answers it) instead of reading the whole rowid block.
+    bm_by_row: bool,
     /// TABLESAMPLE: rowid blocks in the table (0 until known), the current
     /// block, and one row read ahead of the sampling method's offsets.
     sample_nblocks: u32,
@@ -61,6 +64,9 @@ pub struct PasvScan {
     /// `rs_nblocks`, the size at scan start).
     tid_blocks: Option<u64>,
 }
+
+/// Exact bitmap blocks with at most this many offsets are read row by row.
+const BITMAP_ROW_READS: i32 = 16;
 
 /// Rowids a backward step looks at first, below the current row; each empty
 /// window makes the next one four times larger.
@@ -100,7 +106,7 @@ impl PasvScan {
         loop {
             let reader = self.reader();
             if let Some(row) = self.stream.next_row(reader, "scanning") {
-                if self.bm_ntuples >= 0 && !self.bitmap_wants(row.rowid) {
+                if self.bm_ntuples >= 0 && !self.bm_by_row && !self.bitmap_wants(row.rowid) {
                     continue;
                 }
                 self.cur_rowid = row.rowid;
@@ -108,6 +114,16 @@ impl PasvScan {
                 describe_row(rel, &row, &mut self.tuple);
                 store_in_slot(&mut self.tuple, slot);
                 return true;
+            }
+            if self.bm_by_row && self.bm_index < self.bm_ntuples {
+                // The next exact offset, as a one-row read.
+                let offset = u64::from(*self.bm_offsets.add(self.bm_index as usize));
+                self.bm_index += 1;
+                if (1..=ROWS_PER_BLOCK).contains(&offset) {
+                    let rowid = self.range_lo + offset - 1;
+                    self.stream.set_range(rowid, rowid + 1);
+                }
+                continue;
             }
             if self.bm_ntuples != -2 {
                 // Bitmap block done: the executor moves to the next block.
@@ -433,10 +449,19 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_block(
     let block = u64::from((*tbmres).blockno);
     s.range_lo = block * ROWS_PER_BLOCK;
     s.range_hi = s.range_lo + ROWS_PER_BLOCK;
-    s.stream.set_range(s.range_lo, s.range_hi);
     s.bm_ntuples = (*tbmres).ntuples.max(-1);
     s.bm_index = 0;
     s.bm_offsets = (*tbmres).offsets.as_ptr();
+    // A few exact offsets (an UPDATE ... WHERE key = $1 planned as a bitmap
+    // scan, TPC-B's tellers and branches): one-row reads, which the row
+    // cache answers without a round trip; the block's other rows are not
+    // read at all. Otherwise the whole block in one read.
+    s.bm_by_row = (0..=BITMAP_ROW_READS).contains(&s.bm_ntuples);
+    if s.bm_by_row {
+        s.stream.set_range(s.range_lo, s.range_lo);
+    } else {
+        s.stream.set_range(s.range_lo, s.range_hi);
+    }
     true
 }
 
