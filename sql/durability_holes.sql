@@ -74,6 +74,20 @@ INSERT INTO dh_b5 SELECT generate_series(11, 15);
 TRUNCATE dh_b5;
 INSERT INTO dh_b5 SELECT generate_series(21, 23);
 COMMIT;
+-- The same with the emptied rows sent before the TRUNCATE (a read sends
+-- them): their message is the last WAL record before the new incarnation's
+-- creation point and ends exactly at it; replay must not apply it to the
+-- new incarnation (it did: rows 14 and 15 came back at rowids the new rows
+-- did not overwrite).
+BEGIN;
+CREATE TABLE dh_b8 (id int) USING pasv;
+INSERT INTO dh_b8 SELECT generate_series(1, 10);
+TRUNCATE dh_b8;
+INSERT INTO dh_b8 SELECT generate_series(11, 15);
+SELECT count(*) FROM dh_b8;
+TRUNCATE dh_b8;
+INSERT INTO dh_b8 SELECT generate_series(21, 23);
+COMMIT;
 
 -- VACUUM FULL of a table with TOAST values: recovery decodes the WAL it
 -- wrote (decoding failed on its TOAST inserts, which it cannot map to a
@@ -95,6 +109,7 @@ SELECT count(*), sum(length(t)) FROM dh_toast;
 SELECT * FROM dh_b1 ORDER BY id;
 SELECT count(*), sum(id) FROM dh_b4;
 SELECT array_agg(id ORDER BY id) FROM dh_b5;
+SELECT array_agg(id ORDER BY id) FROM dh_b8;
 INSERT INTO dh_b6 VALUES (2, 'two'), (3, 'three');
 INSERT INTO dh_b6 VALUES (101, 'after the crash');
 SET enable_seqscan = off;
@@ -131,4 +146,4 @@ SELECT recovering FROM pasv.database_status WHERE datname = current_database();
 SELECT pasv.retry_recovery();
 SELECT count(*) FROM dh_b7;
 SELECT pasv.retry_recovery() AS nothing_to_retry;
-DROP TABLE dh_b1, dh_b1x, dh_b4, dh_b5, dh_b6, dh_b7, dh_toast;
+DROP TABLE dh_b1, dh_b1x, dh_b4, dh_b5, dh_b6, dh_b7, dh_b8, dh_toast;

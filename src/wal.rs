@@ -119,7 +119,8 @@ pub unsafe fn flush_inserted() -> pg_sys::XLogRecPtr {
 /// The creation point of a new CF incarnation: the end of the WAL inserted
 /// so far, made durable. Every message logged before it (a reused
 /// relfilenumber's past, rows emptied by a TRUNCATE in the creating
-/// transaction) starts below it; every later one at or above it.
+/// transaction) ends at or below it; every later one ends above it (replay
+/// compares a message's record end, `replay::plugin`).
 pub fn creation_point() -> u64 {
     if !guc::durability().replays() {
         return 0;

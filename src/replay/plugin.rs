@@ -64,8 +64,9 @@ impl ReplayRun {
         }
     }
 
-    /// Apply one message (starting at `message_lsn`) of a transaction whose
-    /// commit record ends at `commit_lsn`, if its CF lost it.
+    /// Apply one message (whose record ends at `message_lsn`: PostgreSQL's
+    /// decoder hands out a message with its record's end) of a transaction
+    /// whose commit record ends at `commit_lsn`, if its CF lost it.
     fn apply(&mut self, commit_lsn: u64, message_lsn: u64, message: &[u8]) -> Result<(), CallError> {
         self.messages += 1;
         self.last_commit = self.last_commit.max(commit_lsn);
@@ -79,8 +80,11 @@ impl ReplayRun {
             return Ok(());
         }
         let stats = self.stats.entry(cf.rel).or_default();
+        // A message logged before the creation point ends at or below it
+        // (exactly at it when it was the last record inserted before the
+        // point was taken); one logged after it ends above it.
         let behind = self.cutoffs.get(&cf.rel).is_some_and(|&cutoff| commit_lsn > cutoff)
-            && self.created.get(&cf.rel).is_some_and(|&created| message_lsn >= created);
+            && self.created.get(&cf.rel).is_some_and(|&created| message_lsn > created);
         let applied = behind
             && match engine_client::put_logged_message(message) {
                 Ok(()) => true,
