@@ -29,6 +29,8 @@ CREATE TABLE vr (k int PRIMARY KEY, v int) USING pasv;
 INSERT INTO vr VALUES (1, 0);
 BEGIN;
 UPDATE vr SET v = 1 WHERE k = 1;
+-- Reading the row sends the buffered change: version 1 is written.
+SELECT v FROM vr WHERE k = 1;
 ROLLBACK;
 VACUUM vr;
 SELECT version, tombstone FROM pasv.versions('vr'::regclass);

@@ -12,8 +12,9 @@ VACUUM w;
 SELECT pg_current_wal_flush_lsn() AS lsn1 \gset
 \setenv LSN0 :lsn0
 \setenv LSN1 :lsn1
--- 1000 rows with an index go one by one, 10 updates, 1 delete, the rolled-back
--- insert (WAL keeps it; decoding drops it) and VACUUM's removals (one batch).
+-- 1000 rows with an index go one by one, the 10 in-place updates in one batch
+-- (buffered under their row locks), 1 delete, the rolled-back insert (WAL
+-- keeps it; decoding drops it) and VACUUM's removals (one batch).
 \! "$PASV_PG_BIN/pg_waldump" -p "$PASV_TEST_PGDATA/pg_wal" -s "$LSN0" -e "$LSN1" -r LogicalMessage 2>/dev/null | grep -c 'transactional, prefix "pasv"'
 \! "$PASV_PG_BIN/pg_waldump" -p "$PASV_TEST_PGDATA/pg_wal" -s "$LSN0" -e "$LSN1" -r LogicalMessage 2>/dev/null | grep -c 'non-transactional'
 DROP TABLE w;

@@ -32,7 +32,7 @@ use crate::error::CallError;
 use crate::ipc::client::{self, ChannelError};
 use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Note, PersistenceRow, Request, Response};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Rows of one transaction id for one CF, not yet sent.
 struct Pending {
@@ -42,6 +42,9 @@ struct Pending {
     /// Transaction nest level of the rows' creator (see "Owed logs").
     level: i32,
     batch: BatchBuilder,
+    /// The rowids the buffered rows change: a read of another row from the
+    /// row cache need not send them first.
+    rows: HashSet<u64>,
 }
 
 /// A sent change whose message is not (yet) logged under a transaction that
@@ -70,7 +73,7 @@ thread_local! {
     // found out). Cleared at top-level abort.
     static POISON: RefCell<Option<(protocol::ErrorCode, String)>> = const { RefCell::new(None) };
     // Backends are single-threaded: thread-local is process-local here.
-    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, logged: true, level: 0, batch: BatchBuilder::new() });
+    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, logged: true, level: 0, batch: BatchBuilder::new(), rows: HashSet::new() });
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
     static ROWIDS: RefCell<HashMap<(u32, u32), RowidRange>> = RefCell::new(HashMap::new());
 }
@@ -458,7 +461,7 @@ pub fn take_scan_ahead(ticket: u64, dest: &mut [u8]) -> Result<Option<ScanCopied
 /// acknowledged, hence cached or dropped, before their commit.
 pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanCopied>, CallError> {
     let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
-    flush_pending()?;
+    send_pending_row(cf, rowid)?;
     crate::replay::wait_for_recovery();
     check_posted()?;
     let found = cache.lookup(cf, rowid, dest);
@@ -474,7 +477,7 @@ pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanC
 /// (`crate::row_locks`).
 pub fn cached_versions(cf: CfRef, rowid: u64, max: u8) -> Result<Option<(Vec<(Vec<u8>, Vec<u8>)>, bool)>, CallError> {
     let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
-    flush_pending()?;
+    send_pending_row(cf, rowid)?;
     crate::replay::wait_for_recovery();
     check_posted()?;
     let mut versions = Vec::with_capacity(usize::from(max));
@@ -484,6 +487,23 @@ pub fn cached_versions(cf: CfRef, rowid: u64, max: u8) -> Result<Option<(Vec<(Ve
     });
     cache.note(more.is_some());
     Ok(more.map(|more| (versions, more)))
+}
+
+/// Before reading row `rowid` of `cf` from the row cache: send the buffered
+/// rows if they change it (the answer must hold this backend's own writes;
+/// buffered changes of other rows may stay). Owed logs are settled as
+/// before every engine call.
+fn send_pending_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
+    let buffered = PENDING.with(|p| {
+        let p = p.borrow();
+        p.target.is_some_and(|(t, _)| t == cf) && p.rows.contains(&rowid)
+    });
+    if buffered {
+        flush_pending()
+    } else {
+        settle_owed();
+        Ok(())
+    }
 }
 
 /// The current transaction nest level (1: top level).
@@ -595,6 +615,7 @@ pub fn subxact_aborted(level: i32) {
         if p.target.is_some() && p.level >= level {
             p.target = None;
             p.batch.clear();
+            p.rows.clear();
         }
     });
     OWED.with(|o| {
@@ -620,6 +641,7 @@ pub fn discard_pending() {
         let mut p = p.borrow_mut();
         p.target = None;
         p.batch.clear();
+        p.rows.clear();
     });
 }
 
@@ -693,8 +715,35 @@ pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8]
         if p.batch.is_empty() && p.batch.notes().is_empty() && tablespace != 0 {
             p.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
         }
+        if let Some((rowid, _)) = pasv_am::keys::decode_row_key(key) {
+            p.rows.insert(rowid);
+        }
         p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
     })
+}
+
+/// Buffer one row's change batch of transaction `xid` for `cf` (a delete or
+/// an in-place update under a row lock held in shared memory: see
+/// `tam/rowops.rs::write_row_change`), joining the rows buffered before it.
+/// False when the batch alone would not fit a request (send it now).
+pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rowid: u64, batch: &BatchBuilder) -> Result<bool, CallError> {
+    if batch.encoded_len() > batch_capacity() {
+        return Ok(false);
+    }
+    let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
+    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + batch.as_batch().encoded_len() > batch_capacity());
+    if !same_target || full {
+        flush_pending()?;
+    }
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.target = Some((cf, xid));
+        p.logged = logged;
+        p.level = nest_level();
+        p.rows.insert(rowid);
+        p.batch.append(batch).map_err(|e| CallError::Protocol(e.to_string()))
+    })?;
+    Ok(true)
 }
 
 /// Add a logical note to the buffered rows (sent with them).
@@ -717,6 +766,7 @@ pub fn flush_pending() -> Result<(), CallError> {
     let (batch, owner, logged) = PENDING.with(|p| {
         let mut p = p.borrow_mut();
         p.target = None;
+        p.rows.clear();
         (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level, p.logged)
     });
     let result = if batch.len() > 0 { put_batch_raw(cf, logged, &batch, owner) } else { Ok(()) };
@@ -740,6 +790,7 @@ fn discard_pending_for(cf: CfRef) {
         if p.target.map(|t| t.0) == Some(cf) {
             p.target = None;
             p.batch.clear();
+            p.rows.clear();
         }
     });
     OWED.with(|o| o.borrow_mut().retain(|x| x.cf != cf));

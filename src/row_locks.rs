@@ -94,6 +94,20 @@ fn lock_in_engine(
     outcome
 }
 
+/// Whether this transaction (top-level `xid`) holds row `(cf, rowid)`
+/// Exclusive in shared memory; if so the holding is marked as written, so
+/// that other backends' unique checks wait for this transaction although
+/// the write is still in this backend's buffer (`tam/fetch.rs`).
+pub fn note_write(cf: CfRef, rowid: u64, xid: u32) -> bool {
+    crate::shmem::row_locks().is_some_and(|table| table.note_write(cf, rowid, xid))
+}
+
+/// The transaction other than `me` that wrote row `(cf, rowid)` under a
+/// shared-memory lock it still holds ([`note_write`]), if any.
+pub fn writer(cf: CfRef, rowid: u64, me: u32) -> Option<u32> {
+    crate::shmem::row_locks().and_then(|table| table.writer(cf, rowid, me))
+}
+
 /// Whether this transaction holds, or may hold, row locks.
 pub fn any_held() -> bool {
     ENGINE_HOLDER.with(|e| e.get()) != 0 || HELD.with(|h| !h.borrow().1.is_empty())

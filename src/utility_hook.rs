@@ -3,6 +3,11 @@
 //!
 //! * `CREATE DATABASE`: the template's pasv tables are copied into the new
 //!   database (`database_copy.rs`).
+//! * Every statement but transaction control first sends (and so logs) the
+//!   row changes this backend buffered: logical decoding reads a change with
+//!   the catalog as of its log record, so a change logged after an `ALTER
+//!   TABLE` of the same transaction (a replica identity, a new column) would
+//!   be decoded with the altered table.
 //!
 //! Everything else passes through untouched.
 
@@ -55,6 +60,9 @@ unsafe extern "C-unwind" fn process_utility(
     // memory, which outlasts this call.
     let stmt = (*pstmt).utilityStmt;
     let tag = if stmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*stmt).type_ };
+    if tag != pg_sys::NodeTag::T_TransactionStmt {
+        send_buffered_rows();
+    }
     let mut template = 0;
     let mut new_database: *const std::ffi::c_char = std::ptr::null();
     if tag == pg_sys::NodeTag::T_CreatedbStmt {
@@ -68,5 +76,13 @@ unsafe extern "C-unwind" fn process_utility(
     }
     if template != 0 {
         crate::database_copy::after_create(template, new_database);
+    }
+}
+
+/// Send the row changes this backend buffered, logging them now.
+#[pgrx::pg_guard]
+extern "C-unwind" fn send_buffered_rows() {
+    if let Err(e) = crate::engine_client::flush_pending() {
+        e.raise("sending buffered row changes before a utility statement");
     }
 }

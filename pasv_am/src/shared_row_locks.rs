@@ -48,6 +48,9 @@ use crate::protocol::{CfRef, LockMode};
 /// Entries per bucket.
 pub const ENTRIES: usize = 8;
 
+/// In an entry's `mode` word, beside the [`LockMode`]: the holder wrote the row.
+const WROTE: u32 = 0x100;
+
 const MAGIC: u64 = 0x7061_7376_524c_0001; // "pasvRL" v1
 
 #[repr(C)]
@@ -233,6 +236,37 @@ impl SharedRowLocks {
         Outcome::Granted { already: false }
     }
 
+    /// Whether `xid` holds row `(cf, rowid)` Exclusive here; if so, the
+    /// holding is marked as having a write of the row that the engine may not
+    /// have applied yet (see [`SharedRowLocks::writer`]).
+    pub fn note_write(&self, cf: CfRef, rowid: u64, xid: u32) -> bool {
+        let bucket = self.bucket(self.bucket_of(cf, rowid) as usize);
+        let _guard = BucketGuard::lock(bucket);
+        for e in &bucket.entries {
+            if e.xid.load(Ordering::Relaxed) == xid && e.names(cf, rowid) {
+                if e.mode() != LockMode::Exclusive {
+                    return false;
+                }
+                e.mode.fetch_or(WROTE, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The transaction other than `me` that holds row `(cf, rowid)`
+    /// Exclusive here and wrote it ([`SharedRowLocks::note_write`]), if any:
+    /// a unique check must wait for it, as heap's waits for a deleter or
+    /// updater in progress, even before the engine has the write.
+    pub fn writer(&self, cf: CfRef, rowid: u64, me: u32) -> Option<u32> {
+        let bucket = self.bucket(self.bucket_of(cf, rowid) as usize);
+        let _guard = BucketGuard::lock(bucket);
+        bucket.entries.iter().find_map(|e| {
+            let holder = e.xid.load(Ordering::Relaxed);
+            (holder != 0 && holder != me && e.names(cf, rowid) && e.mode.load(Ordering::Relaxed) & WROTE != 0).then_some(holder)
+        })
+    }
+
     /// Removes `xid`'s holding of row `(cf, rowid)`, if any.
     pub fn release(&self, cf: CfRef, rowid: u64, xid: u32) {
         let bucket = self.bucket(self.bucket_of(cf, rowid) as usize);
@@ -279,7 +313,7 @@ impl Entry {
     }
 
     fn mode(&self) -> LockMode {
-        LockMode::from_u8(self.mode.load(Ordering::Relaxed) as u8).unwrap_or(LockMode::Exclusive)
+        LockMode::from_u8((self.mode.load(Ordering::Relaxed) & !WROTE) as u8).unwrap_or(LockMode::Exclusive)
     }
 }
 
@@ -342,6 +376,14 @@ mod tests {
         assert_eq!(l.lock(T, 1, 100, Shared, 0), Outcome::Granted { already: true });
         assert_eq!(l.lock(T, 1, 102, Shared, 0), Outcome::Conflict { holder: 100 });
         assert_eq!(l.lock(CfRef { db: 5, rel: 1 }, 1, 102, Exclusive, 0), Outcome::Granted { already: false });
+        // A write under the lock is what a unique check waits for.
+        assert_eq!(l.writer(T, 1, 102), None);
+        assert!(!l.note_write(T, 1, 102), "102 does not hold it");
+        assert!(l.note_write(T, 1, 100));
+        assert_eq!(l.writer(T, 1, 102), Some(100));
+        assert_eq!(l.writer(T, 1, 100), None, "not for its own writes");
+        assert_eq!(l.lock(T, 1, 100, Exclusive, 0), Outcome::Granted { already: true });
+        assert_eq!(l.holders(T, 1), vec![(100, Exclusive)]);
         l.release(T, 1, 100);
         assert_eq!(l.lock(T, 1, 102, Exclusive, 0), Outcome::Granted { already: false });
         assert_eq!(l.stats().spilled, 0);

@@ -163,10 +163,34 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         crate::error::CallError::from(e).raise("fetching a row by TID");
     }
     match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
-        Some(row) => hand_out(f, &row, snapshot, slot),
+        Some(row) => {
+            note_buffered_writer(f.stream.cf, rowid, snapshot);
+            hand_out(f, &row, snapshot, slot)
+        }
         None => {
             report_dead(f, rowid, all_dead);
             false
+        }
+    }
+}
+
+/// A dirty snapshot (a unique check) found a row another transaction in
+/// progress deleted or updated under its row lock with the write still in
+/// that backend's buffer (`tam/rowops.rs::write_row_change`): report the
+/// writer in `xmax`, as heap's dirty snapshot reports a deleter in progress,
+/// so the check waits for it and looks again.
+unsafe fn note_buffered_writer(cf: pasv_am::protocol::CfRef, rowid: u64, snapshot: pg_sys::Snapshot) {
+    if snapshot.is_null()
+        || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_DIRTY
+        || (*snapshot).xmax != pg_sys::InvalidTransactionId
+    {
+        return;
+    }
+    let me = u32::from(pg_sys::GetTopTransactionIdIfAny());
+    if let Some(writer) = crate::row_locks::writer(cf, rowid, me) {
+        let writer = pg_sys::TransactionId::from(writer);
+        if pg_sys::TransactionIdIsInProgress(writer) {
+            (*snapshot).xmax = writer;
         }
     }
 }

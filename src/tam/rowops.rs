@@ -532,6 +532,32 @@ unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &
     crate::xact::mark_written();
 }
 
+/// Write one row's change made under its exclusive row lock: buffered with
+/// the backend's other row changes when the lock is in shared memory (sent
+/// with them before this backend's next engine call, at the latest at
+/// pre-commit), else sent now. Buffering is safe because nothing outside
+/// this transaction may act on the change before it commits: MVCC readers
+/// cannot see it, writers and lockers wait for the lock, and a unique
+/// check, which must wait for a deleter or updater in progress, finds the
+/// lock marked as written (`row_locks::note_write`, read by `tam/fetch.rs`).
+/// A moved row is never buffered: its new rowid's index entries follow at
+/// once, and a unique check that finds them must find the row.
+unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, batch: &BatchBuilder, doing: &str) {
+    let top = u32::from(pg_sys::GetTopTransactionId());
+    if crate::row_locks::note_write(cf, rowid, top) {
+        let xid = pg_sys::GetCurrentFullTransactionId().value as u32;
+        match engine_client::buffer_batch(cf, super::logs_changes(rel), xid, rowid, batch) {
+            Ok(true) => {
+                crate::xact::mark_written();
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => e.raise(&format!("{doing} {}", rel_name(rel))),
+        }
+    }
+    write(rel, cf, batch, doing);
+}
+
 /// Add the removal of `chain`'s dead versions to `batch` (an empty value
 /// deletes a key).
 unsafe fn prune(batch: &mut BatchBuilder, rel: pg_sys::Relation, rowid: u64, chain: &Chain) {
@@ -585,7 +611,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
-            write(rel, cf, &batch, "deleting from");
+            write_row_change(rel, cf, rowid, &batch, "deleting from");
             pg_sys::pgstat_count_heap_delete(rel);
             pg_sys::TM_Result::TM_Ok
         }
@@ -668,7 +694,11 @@ pub unsafe extern "C-unwind" fn tuple_update(
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);
-    write(rel, cf, &batch, "updating");
+    if moves {
+        write(rel, cf, &batch, "updating");
+    } else {
+        write_row_change(rel, cf, rowid, &batch, "updating");
+    }
     tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
     (*slot_tuple).t_self = (*slot).tts_tid;
     pg_sys::pgstat_count_heap_update(rel, !moves, false);

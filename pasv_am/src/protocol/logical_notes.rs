@@ -92,6 +92,19 @@ impl LogicalNotes {
         Ok(())
     }
 
+    /// Appends every note of `other` (a batch's notes joining a larger
+    /// batch's).
+    pub fn append(&mut self, other: &LogicalNotes) {
+        if other.bytes.is_empty() {
+            return;
+        }
+        if self.bytes.is_empty() {
+            self.bytes.extend_from_slice(&other.bytes);
+        } else {
+            self.bytes.extend_from_slice(&other.bytes[NOTES_MAGIC.len()..]);
+        }
+    }
+
     /// The encoded notes (empty if there are none).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes

@@ -68,6 +68,18 @@ impl BatchBuilder {
         self.notes.clear();
     }
 
+    /// Appends `other`'s entries and notes (one row's change joining the
+    /// batch a backend buffers). Fails as [`BatchBuilder::push`] on count.
+    pub fn append(&mut self, other: &BatchBuilder) -> Result<(), ProtocolError> {
+        if self.count.checked_add(other.count).is_none_or(|n| n == u32::MAX) {
+            return Err(ProtocolError::TooManyEntries);
+        }
+        self.buf.extend_from_slice(&other.buf);
+        self.count += other.count;
+        self.notes.append(&other.notes);
+        Ok(())
+    }
+
     /// Adds a logical note (logged with the batch, for logical decoding).
     pub fn note(&mut self, note: Note<'_>) -> Result<(), ProtocolError> {
         self.notes.push(note)
@@ -135,6 +147,34 @@ mod tests {
     use super::super::{decode_request, entry_encoded_len};
     use super::*;
     use crate::keys::row_key;
+
+    #[test]
+    fn appended_batches_equal_one_built_whole() {
+        use super::super::logical_notes::parse_notes;
+        let mut whole = BatchBuilder::new();
+        let mut first = BatchBuilder::new();
+        let mut second = BatchBuilder::new();
+        let rows: [(&[u8], &[u8]); 3] = [(b"k1", b"a value"), (b"key-two", b""), (b"k3", &[7; 19])];
+        for (i, (key, value)) in rows.iter().enumerate() {
+            whole.push(key, value).unwrap();
+            let part = if i == 0 { &mut first } else { &mut second };
+            part.push(key, value).unwrap();
+        }
+        let tuple = [1u8, 2, 3];
+        for (i, note) in [Note::Tablespace(1663), Note::OldRow { rowid: 9, tuple: &tuple }, Note::SpecAborted(4)].into_iter().enumerate() {
+            whole.note(note).unwrap();
+            let part = if i == 0 { &mut first } else { &mut second };
+            part.note(note).unwrap();
+        }
+        let mut joined = BatchBuilder::new();
+        joined.append(&BatchBuilder::new()).unwrap();
+        joined.append(&first).unwrap();
+        joined.append(&second).unwrap();
+        assert_eq!(joined.len(), 3);
+        assert_eq!(joined.as_batch().bytes, whole.as_batch().bytes);
+        assert_eq!(joined.notes(), whole.notes());
+        assert_eq!(parse_notes(joined.notes()).unwrap().len(), 3);
+    }
 
     #[test]
     fn put_batch_values_are_8_aligned_and_round_trip() {
