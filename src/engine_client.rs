@@ -698,12 +698,12 @@ pub fn batch_capacity() -> usize {
     client::buffer_bytes().unwrap_or(0).saturating_sub(128)
 }
 
-/// Buffer one new row of transaction `xid` for `cf` (write-behind);
-/// `logged` as for [`put_batch_now`]; `tablespace` the table's (0: the
-/// database's default), noted for logical decoding.
-pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+/// Make the buffer take `bytes` more for transaction `xid` in `cf`: send
+/// what it holds first if that is another table's or (sub)transaction's, or
+/// if it would overflow a request; then it is this one's.
+fn make_room(cf: CfRef, logged: bool, xid: u32, bytes: usize) -> Result<(), CallError> {
     let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
-    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + entry_cost(key, value) > batch_capacity());
+    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + bytes > batch_capacity());
     if !same_target || full {
         flush_pending()?;
     }
@@ -712,6 +712,17 @@ pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8]
         p.target = Some((cf, xid));
         p.logged = logged;
         p.level = nest_level();
+    });
+    Ok(())
+}
+
+/// Buffer one new row of transaction `xid` for `cf` (write-behind);
+/// `logged` as for [`put_batch_now`]; `tablespace` the table's (0: the
+/// database's default), noted for logical decoding.
+pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+    make_room(cf, logged, xid, entry_cost(key, value))?;
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
         if p.batch.is_empty() && p.batch.notes().is_empty() && tablespace != 0 {
             p.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
         }
@@ -730,16 +741,9 @@ pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rowid: u64, batch: &Batch
     if batch.encoded_len() > batch_capacity() {
         return Ok(false);
     }
-    let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
-    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + batch.as_batch().encoded_len() > batch_capacity());
-    if !same_target || full {
-        flush_pending()?;
-    }
+    make_room(cf, logged, xid, batch.as_batch().encoded_len())?;
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        p.target = Some((cf, xid));
-        p.logged = logged;
-        p.level = nest_level();
         p.rows.insert(rowid);
         p.batch.append(batch).map_err(|e| CallError::Protocol(e.to_string()))
     })?;
