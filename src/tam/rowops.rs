@@ -541,10 +541,14 @@ unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &
 /// check, which must wait for a deleter or updater in progress, finds the
 /// lock marked as written (`row_locks::note_write`, read by `tam/fetch.rs`).
 /// A moved row is never buffered: its new rowid's index entries follow at
-/// once, and a unique check that finds them must find the row.
+/// once, and a unique check that finds them must find the row. Nor is a
+/// SERIALIZABLE transaction's change: a serializable reader of the row must
+/// see the change in progress to record its rw-conflict (heap's conflict
+/// out), or write skew goes undetected (`sql/serializable`).
 unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, batch: &BatchBuilder, doing: &str) {
     let top = u32::from(pg_sys::GetTopTransactionId());
-    if crate::row_locks::note_write(cf, rowid, top) {
+    let serializable = pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32;
+    if !serializable && crate::row_locks::note_write(cf, rowid, top) {
         let xid = pg_sys::GetCurrentFullTransactionId().value as u32;
         match engine_client::buffer_batch(cf, super::logs_changes(rel), xid, rowid, batch) {
             Ok(true) => {
