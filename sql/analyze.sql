@@ -23,3 +23,20 @@ SELECT reltuples BETWEEN 38000 AND 48000 AS tuples_ok FROM pg_class WHERE relnam
 SELECT pg_relation_size('a') = (SELECT relpages FROM pg_class WHERE relname = 'a')::bigint * 8192 AS fork_length_ok;
 DROP FUNCTION plan_rows(text);
 DROP TABLE a;
+-- ANALYZE sets relallvisible from the visibility map, which a pasv table
+-- does not have (0 after every ANALYZE); the planner also counts the
+-- all-visible share the last VACUUM recorded, so VACUUM ANALYZE leaves the
+-- same index-only-scan plan as on heap, and so does a later ANALYZE.
+CREATE TABLE ios_h (id int PRIMARY KEY, pad text) USING heap;
+CREATE TABLE ios_p (id int PRIMARY KEY, pad text) USING pasv;
+INSERT INTO ios_h SELECT g, repeat('x', 300) FROM generate_series(1, 20000) g;
+INSERT INTO ios_p SELECT g, repeat('x', 300) FROM generate_series(1, 20000) g;
+VACUUM ANALYZE ios_h;
+VACUUM ANALYZE ios_p;
+SELECT relname, relallvisible > 0 AS pg_class_all_visible FROM pg_class WHERE relname IN ('ios_h', 'ios_p') ORDER BY relname;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM ios_h;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM ios_p;
+ANALYZE ios_p;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM ios_p;
+SELECT count(*) FROM ios_p;
+DROP TABLE ios_h, ios_p;

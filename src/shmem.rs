@@ -80,6 +80,7 @@ unsafe extern "C-unwind" fn shmem_request() {
     }
     pg_sys::RequestAddinShmemSpace(layout().total);
     pg_sys::RequestAddinShmemSpace(row_locks_bytes());
+    pg_sys::RequestAddinShmemSpace(VISIBLE_SHARES_BYTES);
     if row_cache_bytes() > 0 {
         pg_sys::RequestAddinShmemSpace(row_cache_bytes());
     }
@@ -109,6 +110,20 @@ pub fn row_locks() -> Option<pasv_am::shared_row_locks::SharedRowLocks> {
     let base = ROW_LOCKS.load(std::sync::atomic::Ordering::Relaxed);
     // SAFETY: set to a formatted region of this server's shared memory.
     (!base.is_null()).then(|| unsafe { pasv_am::shared_row_locks::SharedRowLocks::attach(base) }).flatten()
+}
+
+/// Bytes of the planner's all-visible shares (pasv_am::visible_shares):
+/// 8 192 tables' slots.
+const VISIBLE_SHARES_BYTES: usize = pasv_am::visible_shares::region_bytes(8192);
+
+/// Where the all-visible shares live in this process; null before.
+static VISIBLE_SHARES: std::sync::atomic::AtomicPtr<u8> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The tables' all-visible shares (`None` only outside a preloaded server).
+pub fn visible_shares() -> Option<pasv_am::visible_shares::VisibleShares> {
+    let base = VISIBLE_SHARES.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: set to a formatted region of this server's shared memory.
+    (!base.is_null()).then(|| unsafe { pasv_am::visible_shares::VisibleShares::attach(base) }).flatten()
 }
 
 /// Where the row cache lives in this process (set at every shared memory
@@ -142,6 +157,13 @@ unsafe extern "C-unwind" fn shmem_startup() {
         pasv_am::shared_row_locks::SharedRowLocks::format(locks, locks_bytes);
     }
     ROW_LOCKS.store(locks, std::sync::atomic::Ordering::Relaxed);
+    let mut found_shares = false;
+    let shares = pg_sys::ShmemInitStruct(c"pasv visible shares".as_ptr(), VISIBLE_SHARES_BYTES, &mut found_shares) as *mut u8;
+    if !found_shares {
+        std::ptr::write_bytes(shares, 0, VISIBLE_SHARES_BYTES);
+        pasv_am::visible_shares::VisibleShares::format(shares, VISIBLE_SHARES_BYTES);
+    }
+    VISIBLE_SHARES.store(shares, std::sync::atomic::Ordering::Relaxed);
     let cache_bytes = row_cache_bytes();
     if cache_bytes > 0 {
         let mut found = false;

@@ -14,6 +14,8 @@
 //!   by backends without a round trip.
 //! * [`shared_row_locks`] — row locks backends take in shared memory,
 //!   spilling to [`row_locks`] when a bucket is full.
+//! * [`visible_shares`] — each table's all-visible share from its last
+//!   VACUUM, for the planner (ANALYZE zeroes `pg_class.relallvisible`).
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 //! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
 //! * [`wal_order`] — WAL before data: the RocksDB flush listener.
@@ -28,6 +30,7 @@ pub mod row_cache;
 pub mod row_locks;
 pub mod server;
 pub mod shared_row_locks;
+pub mod visible_shares;
 pub mod wal_order;
 
 /// What the extension's `pasv_version()` reports (kept as the scaffold had it).

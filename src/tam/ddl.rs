@@ -53,6 +53,10 @@ pub unsafe extern "C-unwind" fn relation_nontransactional_truncate(rel: pg_sys::
     if let Err(e) = engine_client::truncate_cf(cf_of(rel), super::logs_changes(rel)) {
         e.raise(&format!("truncating {}", rel_name(rel)));
     }
+    // Emptied: no row is all-visible any more (as heap's relallvisible).
+    if let Some(shares) = crate::shmem::visible_shares() {
+        shares.set(cf_of(rel), 0);
+    }
 }
 
 /// `ALTER TABLE ... SET TABLESPACE`: the table gets a new relfilenumber in

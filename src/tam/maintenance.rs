@@ -56,6 +56,15 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     } else {
         (f64::from(blocks) * report.all_visible_rows as f64 / report.live_rows as f64).round() as pg_sys::BlockNumber
     };
+    // Also where ANALYZE cannot zero it (pasv_am::visible_shares).
+    if let Some(shares) = crate::shmem::visible_shares() {
+        let share = if report.live_rows == 0 {
+            0
+        } else {
+            (u64::from(pasv_am::visible_shares::ONE) * report.all_visible_rows / report.live_rows) as u32
+        };
+        shares.set(cf_of(rel), share);
+    }
     let mut frozen_updated = false;
     let mut minmulti_updated = false;
     pg_sys::vac_update_relstats(
@@ -585,9 +594,15 @@ pub unsafe extern "C-unwind" fn relation_estimate_size(
         Some(rows) => rows,
         None => (density * heap_pages).round(),
     };
-    *allvisfrac = if class.relallvisible > 0 && relpages > 0.0 {
+    let recorded_share = if class.relallvisible > 0 && relpages > 0.0 {
         (f64::from(class.relallvisible) / relpages).min(1.0)
     } else {
         0.0
     };
+    // ANALYZE sets relallvisible from the visibility map pasv does not
+    // have (0): the share the last VACUUM recorded counts too.
+    let vacuum_share = crate::shmem::visible_shares()
+        .and_then(|s| s.get(cf_of(rel)))
+        .map_or(0.0, |share| f64::from(share) / f64::from(pasv_am::visible_shares::ONE));
+    *allvisfrac = recorded_share.max(vacuum_share);
 }
