@@ -47,6 +47,15 @@ struct Pending {
     rows: HashSet<u64>,
 }
 
+impl Pending {
+    /// Forget the buffered rows (sent, or dead with their transaction).
+    fn clear(&mut self) {
+        self.target = None;
+        self.batch.clear();
+        self.rows.clear();
+    }
+}
+
 /// A sent change whose message is not (yet) logged under a transaction that
 /// shares its rows' fate (see "Owed logs").
 struct Owed {
@@ -613,9 +622,7 @@ pub fn subxact_aborted(level: i32) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.target.is_some() && p.level >= level {
-            p.target = None;
-            p.batch.clear();
-            p.rows.clear();
+            p.clear();
         }
     });
     OWED.with(|o| {
@@ -637,12 +644,7 @@ pub fn owed_clear() {
 pub fn discard_pending() {
     client::forget_posted_answer();
     POISON.with(|p| p.borrow_mut().take());
-    PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        p.target = None;
-        p.batch.clear();
-        p.rows.clear();
-    });
+    PENDING.with(|p| p.borrow_mut().clear());
 }
 
 /// Write one batch of the current (sub)transaction now (flushing buffered
@@ -792,9 +794,7 @@ fn discard_pending_for(cf: CfRef) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.target.map(|t| t.0) == Some(cf) {
-            p.target = None;
-            p.batch.clear();
-            p.rows.clear();
+            p.clear();
         }
     });
     OWED.with(|o| o.borrow_mut().retain(|x| x.cf != cf));

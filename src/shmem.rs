@@ -149,34 +149,43 @@ unsafe extern "C-unwind" fn shmem_startup() {
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(c"pasv channel".as_ptr(), layout.total, &mut found) as *mut u8;
     let chan = if found { Channel::from_raw(base, layout) } else { Channel::init(base, layout) };
-    let locks_bytes = row_locks_bytes();
-    let mut found_locks = false;
-    let locks = pg_sys::ShmemInitStruct(c"pasv row locks".as_ptr(), locks_bytes, &mut found_locks) as *mut u8;
-    if !found_locks {
-        std::ptr::write_bytes(locks, 0, locks_bytes);
-        pasv_am::shared_row_locks::SharedRowLocks::format(locks, locks_bytes);
-    }
-    ROW_LOCKS.store(locks, std::sync::atomic::Ordering::Relaxed);
-    let mut found_shares = false;
-    let shares = pg_sys::ShmemInitStruct(c"pasv visible shares".as_ptr(), VISIBLE_SHARES_BYTES, &mut found_shares) as *mut u8;
-    if !found_shares {
-        std::ptr::write_bytes(shares, 0, VISIBLE_SHARES_BYTES);
-        pasv_am::visible_shares::VisibleShares::format(shares, VISIBLE_SHARES_BYTES);
-    }
-    VISIBLE_SHARES.store(shares, std::sync::atomic::Ordering::Relaxed);
+    init_region(c"pasv row locks", row_locks_bytes(), &ROW_LOCKS, |base, bytes| {
+        pasv_am::shared_row_locks::SharedRowLocks::format(base, bytes);
+    });
+    init_region(c"pasv visible shares", VISIBLE_SHARES_BYTES, &VISIBLE_SHARES, |base, bytes| {
+        pasv_am::visible_shares::VisibleShares::format(base, bytes);
+    });
     let cache_bytes = row_cache_bytes();
     if cache_bytes > 0 {
-        let mut found = false;
-        let cache = pg_sys::ShmemInitStruct(c"pasv row cache".as_ptr(), cache_bytes, &mut found) as *mut u8;
-        if !found {
-            std::ptr::write_bytes(cache, 0, cache_bytes);
-            pasv_am::row_cache::RowCache::format(cache, cache_bytes);
-        }
-        ROW_CACHE.store(cache, std::sync::atomic::Ordering::Relaxed);
+        init_region(c"pasv row cache", cache_bytes, &ROW_CACHE, |base, bytes| {
+            pasv_am::row_cache::RowCache::format(base, bytes);
+        });
     }
     if !pg_sys::IsUnderPostmaster {
         POSTGRES_CRASH_RECOVERY.store(pg_control_says_crashed(), std::sync::atomic::Ordering::Relaxed);
     }
     pg_sys::LWLockRelease(init_lock);
     client::install(chan);
+}
+
+/// Map the named region of `bytes` bytes of PostgreSQL shared memory into
+/// `at`, zeroing and formatting it with `format` when this shared-memory
+/// build creates it (the caller holds AddinShmemInitLock).
+///
+/// # Safety
+/// Called from `shmem_startup` only; `format` accepts a zeroed, 8-aligned
+/// region of `bytes` bytes.
+unsafe fn init_region(
+    name: &std::ffi::CStr,
+    bytes: usize,
+    at: &std::sync::atomic::AtomicPtr<u8>,
+    format: impl FnOnce(*mut u8, usize),
+) {
+    let mut found = false;
+    let base = pg_sys::ShmemInitStruct(name.as_ptr(), bytes, &mut found) as *mut u8;
+    if !found {
+        std::ptr::write_bytes(base, 0, bytes);
+        format(base, bytes);
+    }
+    at.store(base, std::sync::atomic::Ordering::Relaxed);
 }

@@ -99,6 +99,18 @@ pub fn tid_to_rowid(block: u32, offset: u16) -> Option<u64> {
     Some(u64::from(block) * ROWS_PER_BLOCK + u64::from(offset) - 1)
 }
 
+
+/// A well-mixed hash of row `rowid` of table `(db, rel)` (splitmix64 over
+/// the row's identity: neighbouring rowids land far apart). Where a row goes
+/// in the row cache and in the shared row-lock table.
+pub fn row_hash(db: u32, rel: u32, rowid: u64) -> u64 {
+    let mut x = rowid ^ (u64::from(rel) << 32 | u64::from(db)).rotate_left(17);
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

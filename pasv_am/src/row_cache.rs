@@ -211,13 +211,7 @@ impl RowCache {
     }
 
     fn set_of(&self, cf: CfRef, rowid: u64) -> usize {
-        // splitmix64 over the row's identity: neighbouring rowids spread.
-        let mut x = rowid ^ (u64::from(cf.rel) << 32 | u64::from(cf.db)).rotate_left(17);
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^= x >> 31;
-        (x % self.sets as u64) as usize
+        (crate::keys::row_hash(cf.db, cf.rel, rowid) % self.sets as u64) as usize
     }
 
     /// Counts a lookup's outcome.

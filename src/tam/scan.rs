@@ -35,9 +35,6 @@ pub struct PasvScan {
     bm_ntuples: i32,
     bm_index: i32,
     bm_offsets: *const pg_sys::OffsetNumber,
-    /// An exact bitmap block with few offsets: each is read as one row (the
-    /// row cache answers it) instead of reading the whole rowid block.
-    bm_by_row: bool,
     /// TABLESAMPLE: rowid blocks in the table (0 until known), the current
     /// block, and one row read ahead of the sampling method's offsets.
     sample_nblocks: u32,
@@ -106,7 +103,7 @@ impl PasvScan {
         loop {
             let reader = self.reader();
             if let Some(row) = self.stream.next_row(reader, "scanning") {
-                if self.bm_ntuples >= 0 && !self.bm_by_row && !self.bitmap_wants(row.rowid) {
+                if self.bm_ntuples >= 0 && !self.bm_by_row() && !self.bitmap_wants(row.rowid) {
                     continue;
                 }
                 self.cur_rowid = row.rowid;
@@ -115,7 +112,7 @@ impl PasvScan {
                 store_in_slot(&mut self.tuple, slot);
                 return true;
             }
-            if self.bm_by_row && self.bm_index < self.bm_ntuples {
+            if self.bm_by_row() && self.bm_index < self.bm_ntuples {
                 // The next exact offset, as a one-row read.
                 let offset = u64::from(*self.bm_offsets.add(self.bm_index as usize));
                 self.bm_index += 1;
@@ -234,6 +231,12 @@ impl PasvScan {
         std::ptr::copy_nonoverlapping(row.tuple, self.back_copy, row.tuple_len);
         self.tuple.t_len = row.tuple_len as u32;
         self.cur_rowid = row.rowid;
+    }
+
+    /// An exact bitmap block with few offsets: each is read as one row (the
+    /// row cache answers it) instead of reading the whole rowid block.
+    fn bm_by_row(&self) -> bool {
+        (0..=BITMAP_ROW_READS).contains(&self.bm_ntuples)
     }
 
     /// Exact bitmap pages: whether `rowid`'s offset is among the page's
@@ -456,8 +459,7 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_block(
     // scan, TPC-B's tellers and branches): one-row reads, which the row
     // cache answers without a round trip; the block's other rows are not
     // read at all. Otherwise the whole block in one read.
-    s.bm_by_row = (0..=BITMAP_ROW_READS).contains(&s.bm_ntuples);
-    if s.bm_by_row {
+    if s.bm_by_row() {
         s.stream.set_range(s.range_lo, s.range_lo);
     } else {
         s.stream.set_range(s.range_lo, s.range_hi);
