@@ -1,10 +1,10 @@
 //! Counters of the backend ⇄ engine channel, read from SQL: how many round
 //! trips each kind of request costs, how many of them slept, and what the
 //! engine's service threads did. The counters live in the channel's shared
-//! memory ([`crate::ipc::SlotStats`], [`crate::ipc::EngineStats`]); this
+//! memory ([`crate::ipc::SlotStats`], [`crate::ipc::EngineStat`]); this
 //! module only reads them.
 
-use crate::ipc::{client, KindStats, REQUEST_KINDS};
+use crate::ipc::{client, EngineStat, KindStats, REQUEST_KINDS};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 use std::sync::atomic::Ordering;
@@ -67,14 +67,14 @@ fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value
     let Some(chan) = client::channel() else {
         return TableIterator::new(Vec::new());
     };
-    let e = &chan.header().engine_stats;
+    let h = chan.header();
     let rows = [
-        ("served", &e.served),
-        ("service_thread_sleeps", &e.sleeps),
-        ("service_thread_wakes", &e.doorbell_wakes),
-        ("backend_wakes", &e.backend_wakes),
+        ("served", EngineStat::Served),
+        ("service_thread_sleeps", EngineStat::Sleeps),
+        ("service_thread_wakes", EngineStat::DoorbellWakes),
+        ("backend_wakes", EngineStat::BackendWakes),
     ]
-    .map(|(n, c)| (n.to_string(), c.load(Ordering::Relaxed) as i64));
+    .map(|(n, stat)| (n.to_string(), h.engine_stat(stat) as i64));
     let sum = |counter: fn(&crate::ipc::SlotStats) -> &std::sync::atomic::AtomicU64| -> i64 {
         (0..chan.nslots()).map(|i| counter(&chan.slot(i).stats).load(Ordering::Relaxed) as i64).sum()
     };

@@ -16,6 +16,7 @@
 //!   spilling to [`row_locks`] when a bucket is full.
 //! * [`visible_shares`] — each table's all-visible share from its last
 //!   VACUUM, for the planner (ANALYZE zeroes `pg_class.relallvisible`).
+//! * [`striped`] — counters in shared memory that every backend bumps.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 //! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
 //! * [`wal_order`] — WAL before data: the RocksDB flush listener.
@@ -30,6 +31,7 @@ pub mod row_cache;
 pub mod row_locks;
 pub mod server;
 pub mod shared_row_locks;
+pub mod striped;
 pub mod visible_shares;
 pub mod wal_order;
 

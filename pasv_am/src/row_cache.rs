@@ -36,13 +36,19 @@
 //!   `complete` it holds every version; otherwise older ones may exist in
 //!   RocksDB and the reader asks the engine for them as it would have.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
 
 use crate::keys::{decode_row_key, ROW_KEY_LEN};
+use crate::striped::StripedCounters;
 use crate::protocol::{decode_response, CfRef, Response, ScanWriter, RESPONSE_HEADER_LEN};
 
 /// Versions per row a one-row read asks for (the backend's fetch by TID).
 pub const PER_ROW: u32 = 4;
+/// Versions per row an index fetch's read-ahead window asks for: a row with
+/// one version is then known complete, and is cached so.
+pub const WINDOW_PER_ROW: u32 = 2;
+/// Rows of the largest read-ahead window that fills the cache.
+pub const MAX_WINDOW_ROWS: u64 = 64;
 /// Ways per set.
 pub const WAYS: usize = 16;
 /// Bytes per way.
@@ -53,19 +59,25 @@ pub const MAX_ANSWER: usize = WAYS * WAY_BYTES;
 
 const MAGIC: u64 = 0x7061_7376_5243_0001; // "pasvRC" v1
 
-/// Header: magic, set count, generation, and counters.
+/// Header: magic, set count and generation on one line that every lookup
+/// reads and hardly anyone writes, then the counters, striped: a lookup
+/// bumps one, and one word bumped by every backend on the generation's
+/// line made each lookup a cache miss (`crate::striped`).
 #[repr(C)]
 struct Header {
     magic: AtomicU64,
     sets: AtomicU64,
     generation: AtomicU64,
-    /// Lookups that found an answer, lookups that did not, answers
-    /// installed by fills: counters for `pasv.row_cache_stats()`.
-    hits: AtomicU64,
-    misses: AtomicU64,
-    fills: AtomicU64,
-    _pad: [AtomicU64; 2],
+    _pad: [AtomicU64; 5],
+    /// Lookups that found an answer ([`HITS`]), lookups that did not
+    /// ([`MISSES`]), answers installed by fills ([`FILLS`]): counters for
+    /// `pasv.row_cache_stats()`.
+    counters: StripedCounters,
 }
+
+const HITS: usize = 0;
+const MISSES: usize = 1;
+const FILLS: usize = 2;
 
 /// The cache's counters since the server started.
 #[derive(Clone, Copy, Debug, Default)]
@@ -124,6 +136,13 @@ struct Set {
     lock: AtomicU64,
     /// Next way the FIFO replacement starts at.
     hand: AtomicU64,
+    /// Per way, the tag ([`tag_of`]) of the row whose answer starts there, 0
+    /// when none does: a lookup reads this one line and then only the heads
+    /// whose tag matches, not all sixteen (eight lines; a lookup was bound
+    /// by those cache misses). Written under the set lock; to readers a
+    /// hint only, the head decides.
+    tags: [AtomicU16; WAYS],
+    _pad: [AtomicU64; 2],
     heads: [Head; WAYS],
     data: [AtomicU64; WAYS * WAY_WORDS],
 }
@@ -211,21 +230,26 @@ impl RowCache {
     }
 
     fn set_of(&self, cf: CfRef, rowid: u64) -> usize {
-        (crate::keys::row_hash(cf.db, cf.rel, rowid) % self.sets as u64) as usize
+        self.place(cf, rowid).0
+    }
+
+    /// The set of row `rowid` of `cf`, and its tag in that set.
+    fn place(&self, cf: CfRef, rowid: u64) -> (usize, u16) {
+        let hash = crate::keys::row_hash(cf.db, cf.rel, rowid);
+        ((hash % self.sets as u64) as usize, tag_of(hash))
     }
 
     /// Counts a lookup's outcome.
     pub fn note(&self, hit: bool) {
-        let counter = if hit { &self.header().hits } else { &self.header().misses };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.header().counters.add(if hit { HITS } else { MISSES }, 1);
     }
 
     pub fn stats(&self) -> CacheStats {
         let h = self.header();
         CacheStats {
-            hits: h.hits.load(Ordering::Relaxed),
-            misses: h.misses.load(Ordering::Relaxed),
-            fills: h.fills.load(Ordering::Relaxed),
+            hits: h.counters.sum(HITS),
+            misses: h.counters.sum(MISSES),
+            fills: h.counters.sum(FILLS),
             sets: self.sets as u64,
         }
     }
@@ -283,10 +307,11 @@ impl RowCache {
     /// [`RowCache::lookup`], with whether the answer holds every version.
     fn lookup_answer(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<(usize, bool)> {
         let generation = self.header().generation.load(Ordering::Acquire) as u32;
-        let set = self.set(self.set_of(cf, rowid));
+        let (index, tag) = self.place(cf, rowid);
+        let set = self.set(index);
         let cf_word = cf_word(cf);
         for (way, head) in set.heads.iter().enumerate() {
-            if head.rowid.load(Ordering::Relaxed) != rowid {
+            if set.tags[way].load(Ordering::Relaxed) != tag || head.rowid.load(Ordering::Relaxed) != rowid {
                 continue;
             }
             let seq = head.seq.load(Ordering::Acquire);
@@ -346,9 +371,39 @@ impl RowCache {
         }
         if self.find(set, cf, rowid, ticket.generation as u32).is_none() {
             self.store(set, cf, rowid, ticket.generation, answer, complete);
-            self.header().fills.fetch_add(1, Ordering::Relaxed);
+            self.header().counters.add(FILLS, 1);
         }
         set.lock.store(ticket.version, Ordering::SeqCst);
+    }
+
+    /// Before a window read of rows `[lo, hi)` of `cf` (at most
+    /// [`MAX_WINDOW_ROWS`]): a ticket for each row, in `out[..hi - lo]`.
+    pub fn window_tickets(&self, cf: CfRef, lo: u64, hi: u64, out: &mut [Option<Ticket>; MAX_WINDOW_ROWS as usize]) {
+        for (i, ticket) in out.iter_mut().enumerate().take((hi - lo) as usize) {
+            *ticket = self.ticket(cf, lo + i as u64);
+        }
+    }
+
+    /// Installs each row of `answer` (an encoded `Entries` response to a
+    /// window read of rows from `lo` with `per_row` versions each, read after
+    /// `tickets` were taken) as that row's own answer, as [`RowCache::fill`]
+    /// would the row's one-row read. A row is complete when the answer holds
+    /// fewer than `per_row` of its versions and goes on past it.
+    pub fn fill_window(&self, tickets: &[Option<Ticket>], cf: CfRef, lo: u64, per_row: u32, answer: &[u8]) {
+        let Some((entries, more)) = entries_of(answer) else { return };
+        let mut buf = [0u8; MAX_ANSWER];
+        let mut rest = &entries[..];
+        while let Some(&(first, _)) = rest.first() {
+            let Some((rowid, _)) = decode_row_key(first) else { return };
+            let n = rest.iter().take_while(|(key, _)| decode_row_key(key).is_some_and(|(r, _)| r == rowid)).count();
+            let (row, after) = rest.split_at(n);
+            rest = after;
+            let complete = n < per_row as usize && !(rest.is_empty() && more);
+            let ticket = rowid.checked_sub(lo).and_then(|i| tickets.get(i as usize)).copied().flatten();
+            if let (Some(ticket), Some(len)) = (ticket, encode_answer(row, !complete, &mut buf)) {
+                self.fill(ticket, cf, rowid, &buf[..len]);
+            }
+        }
     }
 
     /// After `ops` (all of row `rowid` of `cf`) were written to RocksDB and
@@ -389,9 +444,11 @@ impl RowCache {
     /// The way whose valid answer is row `rowid` of `cf` in `generation`.
     fn find(&self, set: &Set, cf: CfRef, rowid: u64, generation: u32) -> Option<usize> {
         let cf_word = cf_word(cf);
-        set.heads.iter().position(|head| {
+        let tag = self.place(cf, rowid).1;
+        set.heads.iter().zip(&set.tags).position(|(head, way_tag)| {
             let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-            meta.valid
+            way_tag.load(Ordering::Relaxed) == tag
+                && meta.valid
                 && meta.generation == generation
                 && head.rowid.load(Ordering::Relaxed) == rowid
                 && head.cf.load(Ordering::Relaxed) == cf_word
@@ -405,6 +462,7 @@ impl RowCache {
         head.seq.store(seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         head.meta.store(0, Ordering::Relaxed);
+        set.tags[way].store(0, Ordering::Relaxed);
         head.seq.store(seq + 2, Ordering::Release);
     }
 
@@ -442,6 +500,7 @@ impl RowCache {
             set.data[first + i].store(u64::from_le_bytes(word), Ordering::Relaxed);
         }
         head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
+        set.tags[start].store(self.place(cf, rowid).1, Ordering::Relaxed);
         head.seq.store(seq + 2, Ordering::Release);
     }
 }
@@ -450,6 +509,12 @@ thread_local! {
     /// `write`'s buffers: the cached answer and the merged one.
     static SCRATCH: std::cell::RefCell<(Box<[u8; MAX_ANSWER]>, Box<[u8; MAX_ANSWER]>)> =
         std::cell::RefCell::new((Box::new([0; MAX_ANSWER]), Box::new([0; MAX_ANSWER])));
+}
+
+/// A row's tag in its set: 16 bits of its hash the set index does not
+/// depend on much, never 0 (a free way).
+fn tag_of(hash: u64) -> u16 {
+    (hash >> 48) as u16 | 1
 }
 
 fn cf_word(cf: CfRef) -> u64 {
@@ -520,13 +585,18 @@ fn entries_of(answer: &[u8]) -> Option<(Vec<(&[u8], &[u8])>, bool)> {
 
 /// Encodes `entries` as a complete `Entries` answer into `out`.
 fn encode(entries: &[(&[u8], &[u8])], out: &mut [u8]) -> Option<usize> {
+    encode_answer(entries, false, out)
+}
+
+/// Encodes `entries` as an `Entries` answer with `more` into `out`.
+fn encode_answer(entries: &[(&[u8], &[u8])], more: bool, out: &mut [u8]) -> Option<usize> {
     let mut writer = ScanWriter::new(out, 0);
     for (key, value) in entries {
         if !writer.try_push(key, value) {
             return None;
         }
     }
-    Some(writer.finish(false))
+    Some(writer.finish(more))
 }
 
 /// The cached answer `old` with `ops` applied, re-encoded into `out`:
@@ -572,6 +642,20 @@ fn merge(old: &[u8], complete: bool, ops: &[RowOp<'_>], out: &mut [u8]) -> Optio
     }
 }
 
+/// Whether a read of `[start, end)` with `per_row` and `max_entries` is an
+/// index fetch's read-ahead window (`src/tam/fetch.rs`), which fills the
+/// cache row by row ([`RowCache::fill_window`]): the rowids `[lo, hi)` it
+/// spans. A window reads fewer than [`PER_ROW`] versions of each row, from
+/// its newest, and at most [`MAX_WINDOW_ROWS`] rows.
+pub fn window_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> Option<(u64, u64)> {
+    if max_entries != 0 || per_row == 0 || per_row >= PER_ROW {
+        return None;
+    }
+    let (lo, version) = decode_row_key(start)?;
+    let (hi, end_version) = decode_row_key(end)?;
+    (version == u32::MAX && end_version == u32::MAX && hi > lo.checked_add(1)? && hi - lo <= MAX_WINDOW_ROWS).then_some((lo, hi))
+}
+
 /// Whether a read of `[start, end)` with `per_row` and `max_entries` is the
 /// one-row read the cache answers, and of which row.
 pub fn cached_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> Option<u64> {
@@ -584,6 +668,8 @@ pub fn cached_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> 
 }
 
 const _: () = assert!(MAX_ANSWER <= u16::MAX as usize && RESPONSE_HEADER_LEN < WAY_BYTES);
+// Sets and the header are whole cache lines (the region starts on one).
+const _: () = assert!(std::mem::size_of::<Set>() % 64 == 0 && std::mem::size_of::<Header>() % 64 == 0);
 
 #[cfg(test)]
 mod tests {
@@ -652,6 +738,57 @@ mod tests {
         assert_eq!(get(&c, 7), None);
         let s = c.stats();
         assert_eq!((s.fills, s.sets), (1, 4));
+    }
+
+    #[test]
+    fn a_window_read_fills_each_row_it_holds() {
+        let r = cache(64);
+        let c = r.1;
+        assert_eq!(window_read(&row_key(10, u32::MAX), &row_key(14, u32::MAX), WINDOW_PER_ROW, 0), Some((10, 14)));
+        // One-row reads, reads of all versions, and reads from within a row are not windows.
+        assert_eq!(window_read(&row_key(10, u32::MAX), &row_key(11, u32::MAX), WINDOW_PER_ROW, 0), None);
+        assert_eq!(window_read(&row_key(10, u32::MAX), &row_key(14, u32::MAX), PER_ROW, 0), None);
+        assert_eq!(window_read(&row_key(10, 3), &row_key(14, u32::MAX), WINDOW_PER_ROW, 0), None);
+        assert_eq!(window_read(&row_key(0, u32::MAX), &row_key(MAX_WINDOW_ROWS + 1, u32::MAX), 1, 0), None);
+        let mut tickets = [None; MAX_WINDOW_ROWS as usize];
+        c.window_tickets(T, 10, 14, &mut tickets);
+        // Row 10: one version, complete. Row 11: two versions (per_row),
+        // maybe more. Row 12: no versions. Row 13: last, and the answer was
+        // cut short after it.
+        let a = answer(
+            &[
+                (row_key(10, 0), b"ten".to_vec()),
+                (row_key(11, 5), b"eleven-5".to_vec()),
+                (row_key(11, 4), b"eleven-4".to_vec()),
+                (row_key(13, 0), b"thirteen".to_vec()),
+            ],
+            true,
+        );
+        c.fill_window(&tickets, T, 10, WINDOW_PER_ROW, &a);
+        let all = |rowid: u64, max: usize| {
+            let mut got = Vec::new();
+            c.versions(T, rowid, max, |k, v| {
+                got.push((decode_row_key(k).unwrap().1, v.to_vec()));
+                true
+            })
+            .map(|more| (got, more))
+        };
+        assert_eq!(all(10, 4), Some((vec![(0, b"ten".to_vec())], false)));
+        assert_eq!(all(11, 2), Some((vec![(5, b"eleven-5".to_vec()), (4, b"eleven-4".to_vec())], true)));
+        assert_eq!(all(11, 3), None, "row 11 may have older versions");
+        assert_eq!(get(&c, 12), None);
+        assert_eq!(all(13, 2), None, "row 13 was cut short");
+        assert_eq!(all(13, 1), Some((vec![(0, b"thirteen".to_vec())], true)));
+
+        // A write into a row's set after the tickets were taken keeps the
+        // window's (possibly older) answer out.
+        let r = cache(1);
+        let c = r.1;
+        c.window_tickets(T, 10, 14, &mut tickets);
+        c.write(T, 99, &[put(&row_key(99, 0), b"x")], true);
+        c.fill_window(&tickets, T, 10, WINDOW_PER_ROW, &a);
+        assert_eq!(get(&c, 10), None);
+        assert!(get(&c, 99).is_some());
     }
 
     #[test]

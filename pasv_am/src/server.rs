@@ -150,11 +150,21 @@ fn execute(
                 let rowid = row_cache::cached_read(start, end, per_row, max_entries)?;
                 Some((cache, rowid, cache.ticket(cf, rowid)?))
             });
+            // An index fetch's read-ahead window fills it row by row.
+            let mut tickets = [None; row_cache::MAX_WINDOW_ROWS as usize];
+            let window = engine.row_cache().and_then(|cache| {
+                let (lo, hi) = row_cache::window_read(start, end, per_row, max_entries)?;
+                cache.window_tickets(cf, lo, hi, &mut tickets);
+                Some((cache, lo))
+            });
             let mut writer = ScanWriter::new(response, max_entries);
             let more = engine.scan_rows(cf, start, end, per_row, &mut writer)?;
             let len = writer.finish(more);
             if let Some((cache, rowid, ticket)) = fill {
                 cache.fill(ticket, cf, rowid, &response[..len]);
+            }
+            if let Some((cache, lo)) = window {
+                cache.fill_window(&tickets, cf, lo, per_row, &response[..len]);
             }
             return Ok(len);
         }

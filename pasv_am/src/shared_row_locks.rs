@@ -44,6 +44,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::protocol::{CfRef, LockMode};
+use crate::striped::StripedCounters;
 
 /// Entries per bucket.
 pub const ENTRIES: usize = 8;
@@ -57,11 +58,15 @@ const MAGIC: u64 = 0x7061_7376_524c_0001; // "pasvRL" v1
 struct Header {
     magic: AtomicU64,
     buckets: AtomicU64,
-    /// Grants made here, and requests sent on to the engine because their
-    /// bucket was full or spilled: counters for `pasv.engine_stats()`.
-    granted: AtomicU64,
-    spilled: AtomicU64,
+    _pad: [AtomicU64; 6],
+    /// Grants made here ([`GRANTED`]), and requests sent on to the engine
+    /// because their bucket was full or spilled ([`SPILLED`]): counters for
+    /// `pasv.engine_stats()`, striped (every lock bumps one).
+    counters: StripedCounters,
 }
+
+const GRANTED: usize = 0;
+const SPILLED: usize = 1;
 
 /// One `(row, holder)`: free when `xid` is 0.
 #[repr(C)]
@@ -210,7 +215,7 @@ impl SharedRowLocks {
         }
         if bucket.spill.load(Ordering::Relaxed) > 0 || (mine.is_none() && free.is_none()) {
             bucket.spill.fetch_add(1, Ordering::Relaxed);
-            self.header().spilled.fetch_add(1, Ordering::Relaxed);
+            self.header().counters.add(SPILLED, 1);
             return Outcome::Engine { bucket: b };
         }
         match mine {
@@ -225,7 +230,7 @@ impl SharedRowLocks {
                 e.xid.store(xid, Ordering::Relaxed);
             }
         }
-        self.header().granted.fetch_add(1, Ordering::Relaxed);
+        self.header().counters.add(GRANTED, 1);
         Outcome::Granted { already: false }
     }
 
@@ -294,7 +299,7 @@ impl SharedRowLocks {
 
     pub fn stats(&self) -> LockStats {
         let h = self.header();
-        LockStats { granted: h.granted.load(Ordering::Relaxed), spilled: h.spilled.load(Ordering::Relaxed) }
+        LockStats { granted: h.counters.sum(GRANTED), spilled: h.counters.sum(SPILLED) }
     }
 }
 

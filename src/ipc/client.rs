@@ -224,10 +224,10 @@ fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     // cores are busy and spinning would take them from the engine's threads
     // (select-only with 2 clients fell from 6 500 to 2 500 TPS).
     let h = chan.header();
-    if h.waiting_calls.load(Ordering::Relaxed) <= 1 {
-        let first = h.long_spinners.fetch_add(1, Ordering::SeqCst) == 0;
+    if h.waiters.waiting_calls.load(Ordering::Relaxed) <= 1 {
+        let first = h.waiters.long_spinners.fetch_add(1, Ordering::SeqCst) == 0;
         let answered = first && spin_until_done(slot, start, LONG_ANSWER_SPIN);
-        h.long_spinners.fetch_sub(1, Ordering::SeqCst);
+        h.waiters.long_spinners.fetch_sub(1, Ordering::SeqCst);
         if answered {
             return Ok(false);
         }
@@ -266,7 +266,7 @@ pub fn call<R>(
 /// Wait for slot `i`'s answer to a request of `kind` and hand it to `read`
 /// inside the slot buffer, counting bytes and sleeps.
 fn answer<R>(chan: &Channel, i: usize, kind: usize, read: impl FnOnce(&[u8]) -> R) -> Result<R, ChannelError> {
-    let waiting = &chan.header().waiting_calls;
+    let waiting = &chan.header().waiters.waiting_calls;
     waiting.fetch_add(1, Ordering::Relaxed);
     let slept = wait_done(chan, i);
     waiting.fetch_sub(1, Ordering::Relaxed);
@@ -453,9 +453,9 @@ fn submit(
     // Release: the request bytes become visible to the engine's Acquire CAS.
     slot.state.store(SUBMITTED, Ordering::SeqCst);
     h.doorbell.fetch_add(1, Ordering::SeqCst);
-    if h.sleeping_servers.load(Ordering::SeqCst) > 0 && h.idle_pollers.load(Ordering::SeqCst) == 0 {
+    if h.servers.sleeping_servers.load(Ordering::SeqCst) > 0 && h.servers.idle_pollers.load(Ordering::SeqCst) == 0 {
         futex::wake(&h.doorbell, 1);
-        h.engine_stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
+        h.count(super::EngineStat::DoorbellWakes);
     }
     Ok(kind)
 }

@@ -48,6 +48,7 @@ pub mod futex;
 pub mod server;
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+use pasv_am::striped::StripedCounters;
 
 pub const MAGIC: u64 = 0x7061_7376_6368_616e; // "pasvchan"
 
@@ -105,6 +106,10 @@ pub const ENGINE_READY: u32 = 2;
 pub const ENGINE_STOPPING: u32 = 3;
 pub const ENGINE_FAILED: u32 = 4;
 
+/// The header's words that change at a high rate each sit on a cache line
+/// of their own (`OwnLine`): a word bumped by every submit (the doorbell)
+/// or every call (`waiting_calls`) on the line of a word every poll or
+/// submit reads made each of those reads a cache miss.
 #[repr(C)]
 pub struct ChannelHeader {
     pub magic: u64,
@@ -113,32 +118,23 @@ pub struct ChannelHeader {
     pub engine_state: AtomicU32,
     pub engine_pid: AtomicI32,
     /// Bumped by every submit; engine threads sleep on it.
-    pub doorbell: AtomicU32,
-    /// Number of engine threads asleep on the doorbell (a wake is needed only then).
-    pub sleeping_servers: AtomicU32,
-    /// The service thread (index + 1, 0: none) that polls longest before
-    /// sleeping (`server::LEADER_IDLE_POLLS`).
-    pub spinning_server: AtomicU32,
-    /// Service threads polling the slots with nothing to do: while one is,
-    /// a submit needs no wake (the doorbell still catches a poller that is
-    /// just going to sleep: it waits only if the doorbell did not move).
-    pub idle_pollers: AtomicU32,
-    /// Backends spinning past the short spin for an answer (at most one
-    /// does: `client::wait_done`).
-    pub long_spinners: AtomicU32,
-    /// Backends waiting for the answer to a call right now.
-    pub waiting_calls: AtomicU32,
+    pub doorbell: OwnLine<AtomicU32>,
+    /// How the service threads wait, written as they go idle or busy and
+    /// read by every submit.
+    pub servers: OwnLine<ServerStates>,
+    /// How backends wait, written around every call.
+    pub waiters: OwnLine<WaiterStates>,
     /// Read-aheads submitted and not yet claimed by a service thread (a
     /// backend adds one before its read-ahead slot becomes SUBMITTED, the
     /// thread that claims it takes one off): service threads poll the
     /// read-ahead slots only while it is above zero, so an idle poll costs
     /// one pass over the main slots, as the polling bounds assume.
-    pub aheads_unclaimed: AtomicI32,
+    pub aheads_unclaimed: OwnLine<AtomicI32>,
     /// Incremented each time an engine finishes starting (diagnostics).
     pub engine_generation: AtomicU64,
-    /// Engine-side counters (`pasv.engine_stats()`), since the postmaster
-    /// mapped the region.
-    pub engine_stats: EngineStats,
+    /// Engine-side counters (`pasv.engine_stats()`, [`EngineStat`]), since
+    /// the postmaster mapped the region.
+    pub engine_stats: StripedCounters,
     /// Databases using pasv (durability bookkeeping, DESIGN §5-6).
     pub dbs: [DbSlot; MAX_DATABASES],
     /// 1 while a process claims a database slot.
@@ -254,17 +250,62 @@ impl SlotStats {
     }
 }
 
-/// Engine-side counters, shared by the service threads (Relaxed increments).
+/// What the service threads are doing, as submits need to know.
 #[repr(C)]
-pub struct EngineStats {
+pub struct ServerStates {
+    /// Number of engine threads asleep on the doorbell (a wake is needed only then).
+    pub sleeping_servers: AtomicU32,
+    /// The service thread (index + 1, 0: none) that polls longest before
+    /// sleeping (`server::LEADER_IDLE_POLLS`).
+    pub spinning_server: AtomicU32,
+    /// Service threads polling the slots with nothing to do: while one is,
+    /// a submit needs no wake (the doorbell still catches a poller that is
+    /// just going to sleep: it waits only if the doorbell did not move).
+    pub idle_pollers: AtomicU32,
+}
+
+/// How many backends wait for answers, and how.
+#[repr(C)]
+pub struct WaiterStates {
+    /// Backends spinning past the short spin for an answer (at most one
+    /// does: `client::wait_done`).
+    pub long_spinners: AtomicU32,
+    /// Backends waiting for the answer to a call right now.
+    pub waiting_calls: AtomicU32,
+}
+
+/// A value alone on its 64-byte cache line.
+#[repr(C, align(64))]
+pub struct OwnLine<T>(pub T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Engine-side counters in [`ChannelHeader::engine_stats`].
+#[derive(Clone, Copy)]
+pub enum EngineStat {
     /// Requests served.
-    pub served: AtomicU64,
+    Served,
     /// Times a service thread found nothing to do and slept on the doorbell.
-    pub sleeps: AtomicU64,
+    Sleeps,
     /// Futex wakes of a service thread by a submitting backend.
-    pub doorbell_wakes: AtomicU64,
+    DoorbellWakes,
     /// Futex wakes of a backend sleeping for its answer.
-    pub backend_wakes: AtomicU64,
+    BackendWakes,
+}
+
+impl ChannelHeader {
+    pub fn count(&self, stat: EngineStat) {
+        self.engine_stats.add(stat as usize, 1);
+    }
+
+    pub fn engine_stat(&self, stat: EngineStat) -> u64 {
+        self.engine_stats.sum(stat as usize)
+    }
 }
 
 pub const BUFFER_ALIGN: usize = 4096;

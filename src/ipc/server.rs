@@ -84,21 +84,21 @@ pub fn serve(
             slot.state.store(DONE, Ordering::SeqCst);
             if slot.waiting.load(Ordering::SeqCst) != 0 {
                 futex::wake(&slot.state, 1);
-                header.engine_stats.backend_wakes.fetch_add(1, Ordering::Relaxed);
+                header.count(super::EngineStat::BackendWakes);
             }
-            header.engine_stats.served.fetch_add(1, Ordering::Relaxed);
+            header.count(super::EngineStat::Served);
             served_any = true;
         }
         if served_any {
             if polling {
-                header.idle_pollers.fetch_sub(1, Ordering::SeqCst);
+                header.servers.idle_pollers.fetch_sub(1, Ordering::SeqCst);
                 polling = false;
             }
             idle_polls = 0;
             continue;
         }
         if !polling {
-            header.idle_pollers.fetch_add(1, Ordering::SeqCst);
+            header.servers.idle_pollers.fetch_add(1, Ordering::SeqCst);
             polling = true;
         }
         if idle_polls < IDLE_POLLS {
@@ -108,30 +108,30 @@ pub fn serve(
         }
         // One thread at a time keeps polling for longer (the leader).
         let me = thread_index as u32 + 1;
-        let leader = header.spinning_server.load(Ordering::Relaxed);
+        let leader = header.servers.spinning_server.load(Ordering::Relaxed);
         if idle_polls < LEADER_IDLE_POLLS
             && (leader == me
                 || leader == 0
-                    && header.spinning_server.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok())
+                    && header.servers.spinning_server.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok())
         {
             idle_polls += 1;
             std::hint::spin_loop();
             continue;
         }
         if leader == me {
-            header.spinning_server.store(0, Ordering::Relaxed);
+            header.servers.spinning_server.store(0, Ordering::Relaxed);
         }
-        header.idle_pollers.fetch_sub(1, Ordering::SeqCst);
+        header.servers.idle_pollers.fetch_sub(1, Ordering::SeqCst);
         polling = false;
-        header.sleeping_servers.fetch_add(1, Ordering::SeqCst);
-        header.engine_stats.sleeps.fetch_add(1, Ordering::Relaxed);
+        header.servers.sleeping_servers.fetch_add(1, Ordering::SeqCst);
+        header.count(super::EngineStat::Sleeps);
         // A submit after `seen` changed the doorbell: the wait returns at once.
         futex::wait(&header.doorbell, seen, SLEEP_BOUND);
-        header.sleeping_servers.fetch_sub(1, Ordering::SeqCst);
+        header.servers.sleeping_servers.fetch_sub(1, Ordering::SeqCst);
         idle_polls = 0;
     }
     if polling {
-        header.idle_pollers.fetch_sub(1, Ordering::SeqCst);
+        header.servers.idle_pollers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -33,7 +33,7 @@ struct PasvIndexFetch {
 }
 
 /// Largest read-ahead window of an index scan, in rows.
-const MAX_WINDOW: u64 = 64;
+const MAX_WINDOW: u64 = pasv_am::row_cache::MAX_WINDOW_ROWS;
 
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut pg_sys::IndexFetchTableData {
@@ -139,8 +139,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
                 f.ahead_hi = rowid.saturating_add(f.window);
                 f.ahead_next = rowid;
                 f.peek_valid = false;
-                f.stream.set_range(f.ahead_lo, f.ahead_hi);
-                f.stream.window = true;
+                f.stream.set_window(f.ahead_lo, f.ahead_hi);
                 from_window(f, rowid, snapshot).flatten()
             }
         };

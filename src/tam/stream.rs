@@ -81,6 +81,8 @@ pub struct RowStream {
     pub window: bool,
     /// Batches fetched since the range was set.
     batches: u32,
+    /// Rows of the current window the row cache answered.
+    window_hits: u32,
     /// The read-ahead in flight (`engine_client::scan_ahead`): its ticket
     /// (0: none), and the start and per-row limit it asked with (its answer
     /// is used only if the stream asks for exactly that next).
@@ -183,6 +185,7 @@ impl RowStream {
             wide: true,
             window: false,
             batches: 0,
+            window_hits: 0,
             ahead: 0,
             ahead_start: lo,
             ahead_per_row: 0,
@@ -227,8 +230,21 @@ impl RowStream {
         self.wide = hi > lo.saturating_add(1);
         self.window = false;
         self.batches = 0;
+        self.window_hits = 0;
         self.ahead = 0; // abandoned: the next read-ahead discards its answer
         self.ahead_displaced = false;
+    }
+
+    /// Restart the stream on an index fetch's read-ahead window `[lo, hi)`:
+    /// rows the row cache holds are taken from it one by one, and a wider
+    /// read asks for two versions a row, so that the engine can cache each
+    /// row it reads (`pasv_am::row_cache::window_read`).
+    pub fn set_window(&mut self, lo: u64, hi: u64) {
+        self.set_range(lo, hi);
+        self.window = true;
+        if self.wide {
+            self.per_row = pasv_am::row_cache::WINDOW_PER_ROW;
+        }
     }
 
     /// Whether `rowid`, in the range the stream was last set to (its first
@@ -278,16 +294,37 @@ impl RowStream {
             },
             _ => None,
         };
-        // A window's row from the cache: the window goes on after it.
-        let window_hit = in_window && cached.is_some();
+        // A window's row from the cache (or, once the cache answered for
+        // this window, a row it missed, read alone: the rows after it are
+        // likely cached too): the window goes on after it.
+        let mut window_hit = in_window && cached.is_some();
+        if window_hit {
+            self.window_hits += 1;
+        }
         let copied = match cached {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
                 Some(c) => c,
-                None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
-                    Ok(c) => c,
-                    Err(e) => e.raise(doing),
-                },
+                None => {
+                    let alone = match cache_row {
+                        Some(rowid) if in_window && self.window_hits > 0 => {
+                            let (start, end) = keys::row_range(rowid, rowid + 1);
+                            match engine_client::scan_into(self.cf, &start, &end, 0, pasv_am::row_cache::PER_ROW, dest) {
+                                Ok(c) => Some(c).filter(|c| has_entries(&dest[..c.len])),
+                                Err(e) => e.raise(doing),
+                            }
+                        }
+                        _ => None,
+                    };
+                    window_hit |= alone.is_some();
+                    match alone {
+                        Some(c) => c,
+                        None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
+                            Ok(c) => c,
+                            Err(e) => e.raise(doing),
+                        },
+                    }
+                }
             },
         };
         let bytes = std::slice::from_raw_parts(self.buf as *const u8, copied.len);
