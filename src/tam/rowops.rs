@@ -85,7 +85,8 @@ impl Chain {
 
     /// The chain from the versions a granted row lock brought back, if they
     /// hold all a writer needs (else read it with [`Chain::read`]).
-    unsafe fn from_lock(versions: &[(Vec<u8>, Vec<u8>)], more: bool, doing: &str) -> Option<Chain> {
+    /// (`rel` names the table in an error.)
+    unsafe fn from_lock(versions: &[(Vec<u8>, Vec<u8>)], more: bool, rel: pg_sys::Relation) -> Option<Chain> {
         let mut chain = Chain { versions: Vec::new() };
         for (key, value) in versions {
             let (rowid, version) = keys::decode_row_key(key)?;
@@ -93,7 +94,7 @@ impl Chain {
                 Ok((h, _)) => h,
                 Err(e) => error::raise(
                     PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+                    format!("pasv: locking a row of {}: bad row header at rowid {rowid}: {e}", rel_name(rel)),
                     "The table's RocksDB data is damaged; restore from a backup.",
                 ),
             };
@@ -263,7 +264,7 @@ unsafe fn lock_row(
         };
         if outcome.granted {
             let chain = if read_chain {
-                Chain::from_lock(&outcome.versions, outcome.more, &format!("locking a row of {}", rel_name(rel)))
+                Chain::from_lock(&outcome.versions, outcome.more, rel)
             } else {
                 None
             };
@@ -315,11 +316,14 @@ unsafe fn lock_for_write(
 /// Read the chain under the row lock, waiting out an in-progress creator of
 /// the head (only possible for rows whose creator holds no lock: a fresh
 /// insert reached through a moved row).
+///
+/// `doing` ("updating") and the table's name say what failed in an error;
+/// spelled out only when the chain must be read (not for every row).
 unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing: &str, mut first: Option<Chain>) -> Chain {
     let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
     tid_from_rowid(rowid, &mut tid);
     loop {
-        let chain = first.take().unwrap_or_else(|| Chain::read(cf, rowid, doing));
+        let chain = first.take().unwrap_or_else(|| Chain::read(cf, rowid, &format!("{doing} {}", rel_name(rel))));
         match chain.head() {
             Some(h) if chain.versions[h].creator == Creator::InProgress => {
                 let xid = pg_sys::TransactionId::from(chain.versions[h].header.xid as u32);
@@ -601,8 +605,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             return pg_sys::TM_Result::TM_BeingModified;
         }
     };
-    let doing = format!("deleting from {}", rel_name(rel));
-    let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
+    let chain = read_locked_chain(rel, cf, rowid, "deleting from", locked_chain);
     let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => r,
         Check::Proceed(h) => {
@@ -649,8 +652,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
             return pg_sys::TM_Result::TM_BeingModified;
         }
     };
-    let doing = format!("updating {}", rel_name(rel));
-    let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
+    let chain = read_locked_chain(rel, cf, rowid, "updating", locked_chain);
     let h = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
         Check::Result(r) => {
             return r;
@@ -681,7 +683,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
         // old key values keep pointing at the old rowid's tombstone.
         let new_rowid = match engine_client::next_rowid(cf) {
             Ok(r) => r,
-            Err(e) => e.raise(&doing),
+            Err(e) => e.raise(&format!("updating {}", rel_name(rel))),
         };
         super::forklen::cover_rowid(rel, new_rowid);
         stored_value(tuple, new_rowid, full_xid, cid, &mut value);
@@ -742,7 +744,6 @@ pub unsafe extern "C-unwind" fn tuple_lock(
     };
     (*tmfd).traversed = false;
     forget_locked_chain();
-    let doing = format!("locking a row of {}", rel_name(rel));
     // Each turn follows one "moved" link; a chain of moves is finite.
     loop {
         let Some(rowid) = rowid_from_tid(tid) else { return TM_Invisible };
@@ -750,7 +751,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
             LockResult::Held { already, chain } => (already, chain),
             LockResult::Busy { .. } => return TM_WouldBlock,
         };
-        let chain = read_locked_chain(rel, cf, rowid, &doing, locked_chain);
+        let chain = read_locked_chain(rel, cf, rowid, "locking a row of", locked_chain);
         let Some(h) = chain.head() else {
             return TM_Invisible;
         };

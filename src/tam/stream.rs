@@ -81,8 +81,8 @@ pub struct RowStream {
     pub window: bool,
     /// Batches fetched since the range was set.
     batches: u32,
-    /// Rows of the current window the row cache answered.
-    window_hits: u32,
+    /// The row cache answered for the current window's last row read.
+    window_hit_last: bool,
     /// The read-ahead in flight (`engine_client::scan_ahead`): its ticket
     /// (0: none), and the start and per-row limit it asked with (its answer
     /// is used only if the stream asks for exactly that next).
@@ -185,7 +185,7 @@ impl RowStream {
             wide: true,
             window: false,
             batches: 0,
-            window_hits: 0,
+            window_hit_last: false,
             ahead: 0,
             ahead_start: lo,
             ahead_per_row: 0,
@@ -230,7 +230,7 @@ impl RowStream {
         self.wide = hi > lo.saturating_add(1);
         self.window = false;
         self.batches = 0;
-        self.window_hits = 0;
+        self.window_hit_last = false;
         self.ahead = 0; // abandoned: the next read-ahead discards its answer
         self.ahead_displaced = false;
     }
@@ -294,20 +294,19 @@ impl RowStream {
             },
             _ => None,
         };
-        // A window's row from the cache (or, once the cache answered for
-        // this window, a row it missed, read alone: the rows after it are
-        // likely cached too): the window goes on after it.
+        // A window's row from the cache (or a row it missed right after a
+        // row it answered, read alone: the rows after it are likely cached
+        // too; a second miss in a row reads the rest of the window, which
+        // fills the cache): the window goes on after it.
         let mut window_hit = in_window && cached.is_some();
-        if window_hit {
-            self.window_hits += 1;
-        }
+        let after_hit = std::mem::replace(&mut self.window_hit_last, window_hit);
         let copied = match cached {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
                 Some(c) => c,
                 None => {
                     let alone = match cache_row {
-                        Some(rowid) if in_window && self.window_hits > 0 => {
+                        Some(rowid) if in_window && after_hit => {
                             let (start, end) = keys::row_range(rowid, rowid + 1);
                             match engine_client::scan_into(self.cf, &start, &end, 0, pasv_am::row_cache::PER_ROW, dest) {
                                 Ok(c) => Some(c).filter(|c| has_entries(&dest[..c.len])),
