@@ -93,7 +93,7 @@ fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value
 
 /// The row cache's counters since the server started (every backend):
 /// lookups answered from it, lookups that went on to the engine, answers
-/// the engine installed after such a miss, and its size in sets (16 ways
+/// the engine installed after such a miss, and its size in sets (64 ways
 /// of 128 bytes each). All zero when `pasv.row_cache_size` is 0.
 #[pg_extern]
 fn row_cache_stats() -> TableIterator<'static, (name!(hits, i64), name!(misses, i64), name!(fills, i64), name!(sets, i64))> {

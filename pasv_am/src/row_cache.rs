@@ -36,7 +36,7 @@
 //!   `complete` it holds every version; otherwise older ones may exist in
 //!   RocksDB and the reader asks the engine for them as it would have.
 
-use std::sync::atomic::{fence, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crate::keys::{decode_row_key, ROW_KEY_LEN};
 use crate::striped::StripedCounters;
@@ -49,13 +49,16 @@ pub const PER_ROW: u32 = 4;
 pub const WINDOW_PER_ROW: u32 = 2;
 /// Rows of the largest read-ahead window that fills the cache.
 pub const MAX_WINDOW_ROWS: u64 = 64;
-/// Ways per set.
-pub const WAYS: usize = 16;
+/// Ways per set. Large sets overflow far less often than small ones with
+/// the same bytes in all (rows hash to sets at random: with 16 ways, 2 % of
+/// a 1 M-row table that fits did not, and each such row cost a round trip
+/// per read).
+pub const WAYS: usize = 64;
 /// Bytes per way.
 pub const WAY_BYTES: usize = 128;
 const WAY_WORDS: usize = WAY_BYTES / 8;
 /// Largest answer the cache holds.
-pub const MAX_ANSWER: usize = WAYS * WAY_BYTES;
+pub const MAX_ANSWER: usize = 16 * WAY_BYTES;
 
 const MAGIC: u64 = 0x7061_7376_5243_0001; // "pasvRC" v1
 
@@ -136,13 +139,14 @@ struct Set {
     lock: AtomicU64,
     /// Next way the FIFO replacement starts at.
     hand: AtomicU64,
+    _pad: [AtomicU64; 6],
     /// Per way, the tag ([`tag_of`]) of the row whose answer starts there, 0
-    /// when none does: a lookup reads this one line and then only the heads
-    /// whose tag matches, not all sixteen (eight lines; a lookup was bound
-    /// by those cache misses). Written under the set lock; to readers a
-    /// hint only, the head decides.
-    tags: [AtomicU16; WAYS],
-    _pad: [AtomicU64; 2],
+    /// when none does: a lookup reads these two lines and then only the
+    /// heads whose tag matches, not all of them (32 lines; a lookup was
+    /// bound by such cache misses). Written under the set lock; to readers
+    /// a hint only, the head decides.
+    /// Four 16-bit tags a word, way `w` in word `w / 4` at bits `16 * (w % 4)`.
+    tags: [AtomicU64; WAYS / 4],
     heads: [Head; WAYS],
     data: [AtomicU64; WAYS * WAY_WORDS],
 }
@@ -310,8 +314,12 @@ impl RowCache {
         let (index, tag) = self.place(cf, rowid);
         let set = self.set(index);
         let cf_word = cf_word(cf);
-        for (way, head) in set.heads.iter().enumerate() {
-            if set.tags[way].load(Ordering::Relaxed) != tag || head.rowid.load(Ordering::Relaxed) != rowid {
+        let mut candidates = ways_tagged(set, tag);
+        while candidates != 0 {
+            let way = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            let head = &set.heads[way];
+            if head.rowid.load(Ordering::Relaxed) != rowid {
                 continue;
             }
             let seq = head.seq.load(Ordering::Acquire);
@@ -445,9 +453,10 @@ impl RowCache {
     fn find(&self, set: &Set, cf: CfRef, rowid: u64, generation: u32) -> Option<usize> {
         let cf_word = cf_word(cf);
         let tag = self.place(cf, rowid).1;
-        set.heads.iter().zip(&set.tags).position(|(head, way_tag)| {
+        let tagged = ways_tagged(set, tag);
+        set.heads.iter().enumerate().position(|(way, head)| {
             let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-            way_tag.load(Ordering::Relaxed) == tag
+            tagged & 1 << way != 0
                 && meta.valid
                 && meta.generation == generation
                 && head.rowid.load(Ordering::Relaxed) == rowid
@@ -462,7 +471,7 @@ impl RowCache {
         head.seq.store(seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         head.meta.store(0, Ordering::Relaxed);
-        set.tags[way].store(0, Ordering::Relaxed);
+        set_tag(set, way, 0);
         head.seq.store(seq + 2, Ordering::Release);
     }
 
@@ -470,7 +479,7 @@ impl RowCache {
     /// Caller holds the set lock.
     fn store(&self, set: &Set, cf: CfRef, rowid: u64, generation: u64, answer: &[u8], complete: bool) {
         let ways = answer.len().div_ceil(WAY_BYTES).max(1);
-        if ways > WAYS {
+        if answer.len() > MAX_ANSWER {
             return;
         }
         // A free run first; else the FIFO hand's run (wrapping to way 0).
@@ -500,7 +509,7 @@ impl RowCache {
             set.data[first + i].store(u64::from_le_bytes(word), Ordering::Relaxed);
         }
         head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
-        set.tags[start].store(self.place(cf, rowid).1, Ordering::Relaxed);
+        set_tag(set, start, self.place(cf, rowid).1);
         head.seq.store(seq + 2, Ordering::Release);
     }
 }
@@ -509,6 +518,34 @@ thread_local! {
     /// `write`'s buffers: the cached answer and the merged one.
     static SCRATCH: std::cell::RefCell<(Box<[u8; MAX_ANSWER]>, Box<[u8; MAX_ANSWER]>)> =
         std::cell::RefCell::new((Box::new([0; MAX_ANSWER]), Box::new([0; MAX_ANSWER])));
+}
+
+/// The ways of `set` whose tag is `tag`, as bits of a mask (way `w` at bit
+/// `w`): four tags compared per word load.
+fn ways_tagged(set: &Set, tag: u16) -> u64 {
+    const LANE_LOW: u64 = 0x0001_0001_0001_0001;
+    const LANE_HIGH: u64 = 0x8000_8000_8000_8000;
+    let pattern = u64::from(tag) * LANE_LOW;
+    let mut mask = 0u64;
+    for (i, word) in set.tags.iter().enumerate() {
+        let x = word.load(Ordering::Relaxed) ^ pattern;
+        // The high bit of each lane of x that is zero, and of no other.
+        let zero = !(((x & !LANE_HIGH) + !LANE_HIGH) | x) & LANE_HIGH;
+        for lane in 0..4 {
+            if zero >> (16 * lane + 15) & 1 != 0 {
+                mask |= 1 << (4 * i + lane);
+            }
+        }
+    }
+    mask
+}
+
+/// Sets way `way`'s tag. Caller holds the set lock (the only writer).
+fn set_tag(set: &Set, way: usize, tag: u16) {
+    let word = &set.tags[way / 4];
+    let shift = 16 * (way % 4);
+    let old = word.load(Ordering::Relaxed);
+    word.store(old & !(0xFFFF << shift) | u64::from(tag) << shift, Ordering::Relaxed);
 }
 
 /// A row's tag in its set: 16 bits of its hash the set index does not
@@ -668,7 +705,9 @@ pub fn cached_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> 
 }
 
 const _: () = assert!(MAX_ANSWER <= u16::MAX as usize && RESPONSE_HEADER_LEN < WAY_BYTES);
-// Sets and the header are whole cache lines (the region starts on one).
+// A tag mask fits a u64; sets and the header are whole cache lines (the
+// region starts on one).
+const _: () = assert!(WAYS <= 64 && WAYS % 4 == 0);
 const _: () = assert!(std::mem::size_of::<Set>() % 64 == 0 && std::mem::size_of::<Header>() % 64 == 0);
 
 #[cfg(test)]
@@ -897,6 +936,25 @@ mod tests {
         assert_eq!(get(&c, 2), Some(wide));
     }
 
+    #[test]
+    fn tag_words_find_exactly_the_ways_with_a_tag() {
+        let r = cache(1);
+        let set = r.1.set(0);
+        let mut plain = [0u16; WAYS];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..5_000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let way = (seed >> 33) as usize % WAYS;
+            // Few distinct tags, so matches are common, and 0 (free) often.
+            let tag = [0u16, 1, 3, 0x8001, 0xFFFF, 0x7FFF][(seed >> 20) as usize % 6];
+            set_tag(set, way, tag);
+            plain[way] = tag;
+            let probe = [1u16, 3, 0x8001, 0xFFFF, 0x7FFF][step % 5];
+            let want = plain.iter().enumerate().filter(|(_, &t)| t == probe).fold(0u64, |m, (w, _)| m | 1 << w);
+            assert_eq!(ways_tagged(set, probe), want, "tag {probe:#x} at step {step}");
+        }
+    }
+
     /// Random writes and fills of many rows through one small cache, against
     /// a model of RocksDB: every answer found is the newest versions of its
     /// row, in order, and empty only when the row has none.
@@ -914,7 +972,7 @@ mod tests {
         };
         let mut hits = 0;
         for step in 0..20_000u32 {
-            let rowid = next(60);
+            let rowid = next(240); // far more than the two sets hold
             let chain = model.entry(rowid).or_default();
             match next(4) {
                 0 => {
