@@ -453,15 +453,21 @@ impl RowCache {
     fn find(&self, set: &Set, cf: CfRef, rowid: u64, generation: u32) -> Option<usize> {
         let cf_word = cf_word(cf);
         let tag = self.place(cf, rowid).1;
-        let tagged = ways_tagged(set, tag);
-        set.heads.iter().enumerate().position(|(way, head)| {
+        let mut tagged = ways_tagged(set, tag);
+        while tagged != 0 {
+            let way = tagged.trailing_zeros() as usize;
+            tagged &= tagged - 1;
+            let head = &set.heads[way];
             let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-            tagged & 1 << way != 0
-                && meta.valid
+            if meta.valid
                 && meta.generation == generation
                 && head.rowid.load(Ordering::Relaxed) == rowid
                 && head.cf.load(Ordering::Relaxed) == cf_word
-        })
+            {
+                return Some(way);
+            }
+        }
+        None
     }
 
     /// Marks the answer starting at `way` gone. Caller holds the set lock.
@@ -490,7 +496,10 @@ impl RowCache {
             start
         });
         // Evict every answer overlapping [start, start + ways).
-        for way in 0..WAYS {
+        let mut in_use = ways_in_use(set);
+        while in_use != 0 {
+            let way = in_use.trailing_zeros() as usize;
+            in_use &= in_use - 1;
             let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
             if meta.valid && way < start + ways && start < way + meta.ways {
                 self.invalidate(set, way);
@@ -533,6 +542,22 @@ fn ways_tagged(set: &Set, tag: u16) -> u64 {
         let zero = !(((x & !LANE_HIGH) + !LANE_HIGH) | x) & LANE_HIGH;
         for lane in 0..4 {
             if zero >> (16 * lane + 15) & 1 != 0 {
+                mask |= 1 << (4 * i + lane);
+            }
+        }
+    }
+    mask
+}
+
+/// The ways of `set` where an answer starts (a valid head has a tag, and
+/// only a valid one: `store` and `invalidate` keep them together under the
+/// set lock), as bits of a mask. For writers, which hold the lock.
+fn ways_in_use(set: &Set) -> u64 {
+    let mut mask = 0u64;
+    for (i, word) in set.tags.iter().enumerate() {
+        let x = word.load(Ordering::Relaxed);
+        for lane in 0..4 {
+            if x >> (16 * lane) & 0xFFFF != 0 {
                 mask |= 1 << (4 * i + lane);
             }
         }
@@ -584,8 +609,11 @@ fn lock(set: &Set) -> u64 {
 /// First run of `ways` consecutive ways covered by no valid answer.
 fn free_run(set: &Set, ways: usize) -> Option<usize> {
     let mut used = [false; WAYS];
-    for (way, head) in set.heads.iter().enumerate() {
-        let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
+    let mut in_use = ways_in_use(set);
+    while in_use != 0 {
+        let way = in_use.trailing_zeros() as usize;
+        in_use &= in_use - 1;
+        let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
         if meta.valid {
             for u in used.iter_mut().skip(way).take(meta.ways) {
                 *u = true;
