@@ -16,6 +16,7 @@
 //!   spilling to [`row_locks`] when a bucket is full.
 //! * [`visible_shares`] — each table's all-visible share from its last
 //!   VACUUM, for the planner (ANALYZE zeroes `pg_class.relallvisible`).
+//! * [`region`] — the stamp and sizing the shared-memory regions share.
 //! * [`striped`] — counters in shared memory that every backend bumps.
 //! * [`server`] — one request in, one response out, over an [`engine::Engine`].
 //! * [`flush_flag`] — the per-CF flag whose persisted copy is the local DPP.
@@ -26,6 +27,7 @@ pub mod engine;
 pub mod flush_flag;
 pub mod keys;
 pub mod protocol;
+pub mod region;
 pub mod row;
 pub mod row_cache;
 pub mod row_locks;

@@ -39,6 +39,7 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crate::keys::{decode_row_key, ROW_KEY_LEN};
+use crate::region::Stamp;
 use crate::striped::StripedCounters;
 use crate::protocol::{decode_response, CfRef, Response, ScanWriter, RESPONSE_HEADER_LEN};
 
@@ -68,8 +69,8 @@ const MAGIC: u64 = 0x7061_7376_5243_0001; // "pasvRC" v1
 /// line made each lookup a cache miss (`crate::striped`).
 #[repr(C)]
 struct Header {
-    magic: AtomicU64,
-    sets: AtomicU64,
+    /// The set count.
+    stamp: Stamp,
     generation: AtomicU64,
     _pad: [AtomicU64; 5],
     /// Lookups that found an answer ([`HITS`]), lookups that did not
@@ -183,6 +184,7 @@ unsafe impl Sync for RowCache {}
 #[derive(Clone, Copy, Debug)]
 pub struct Ticket {
     set: usize,
+    tag: u16,
     version: u64,
     generation: u64,
 }
@@ -205,9 +207,8 @@ impl RowCache {
             return None;
         }
         let header = &*(base as *const Header);
-        header.sets.store(sets as u64, Ordering::Relaxed);
         header.generation.store(1, Ordering::Relaxed);
-        header.magic.store(MAGIC, Ordering::Release);
+        header.stamp.mark(MAGIC, sets);
         Some(RowCache { base, sets })
     }
 
@@ -216,11 +217,8 @@ impl RowCache {
     /// # Safety
     /// As for `format`, and the region was formatted.
     pub unsafe fn attach(base: *const u8) -> Option<RowCache> {
-        let header = &*(base as *const Header);
-        if header.magic.load(Ordering::Acquire) != MAGIC {
-            return None;
-        }
-        Some(RowCache { base, sets: header.sets.load(Ordering::Relaxed) as usize })
+        let sets = (*(base as *const Header)).stamp.count(MAGIC)?;
+        Some(RowCache { base, sets })
     }
 
     fn header(&self) -> &Header {
@@ -231,10 +229,6 @@ impl RowCache {
     fn set(&self, index: usize) -> &Set {
         // SAFETY: index < sets; the region holds `sets` sets after the header.
         unsafe { &*(self.base.add(std::mem::size_of::<Header>() + index * std::mem::size_of::<Set>()) as *const Set) }
-    }
-
-    fn set_of(&self, cf: CfRef, rowid: u64) -> usize {
-        self.place(cf, rowid).0
     }
 
     /// The set of row `rowid` of `cf`, and its tag in that set.
@@ -314,10 +308,7 @@ impl RowCache {
         let (index, tag) = self.place(cf, rowid);
         let set = self.set(index);
         let cf_word = cf_word(cf);
-        let mut candidates = ways_tagged(set, tag);
-        while candidates != 0 {
-            let way = candidates.trailing_zeros() as usize;
-            candidates &= candidates - 1;
+        for way in ways_in(ways_tagged(set, tag)) {
             let head = &set.heads[way];
             if head.rowid.load(Ordering::Relaxed) != rowid {
                 continue;
@@ -351,10 +342,10 @@ impl RowCache {
     /// read: the ticket its answer is installed with. `None` while a write
     /// holds the set (the read may overlap it; nothing is cached).
     pub fn ticket(&self, cf: CfRef, rowid: u64) -> Option<Ticket> {
-        let index = self.set_of(cf, rowid);
+        let (index, tag) = self.place(cf, rowid);
         let generation = self.header().generation.load(Ordering::SeqCst);
         let version = self.set(index).lock.load(Ordering::SeqCst);
-        (version & 1 == 0).then_some(Ticket { set: index, version, generation })
+        (version & 1 == 0).then_some(Ticket { set: index, tag, version, generation })
     }
 
     /// Installs `answer` (an encoded `Entries` response to a read of the
@@ -377,8 +368,8 @@ impl RowCache {
         {
             return;
         }
-        if self.find(set, cf, rowid, ticket.generation as u32).is_none() {
-            self.store(set, cf, rowid, ticket.generation, answer, complete);
+        if self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_none() {
+            self.store(set, cf, rowid, ticket.tag, ticket.generation, answer, complete);
             self.header().counters.add(FILLS, 1);
         }
         set.lock.store(ticket.version, Ordering::SeqCst);
@@ -419,7 +410,7 @@ impl RowCache {
     /// or caches the row when `fresh` (its only version is the one `ops`
     /// puts: a new row), or drops what no longer holds.
     pub fn write(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>], fresh: bool) {
-        let index = self.set_of(cf, rowid);
+        let (index, tag) = self.place(cf, rowid);
         let set = self.set(index);
         let version = lock(set);
         let generation = self.header().generation.load(Ordering::SeqCst);
@@ -427,7 +418,7 @@ impl RowCache {
             // Per engine thread, not zeroed per call: every row of a bulk
             // insert comes through here.
             let (old, new) = &mut *scratch.borrow_mut();
-            let found = self.find(set, cf, rowid, generation as u32);
+            let found = self.find(set, cf, rowid, tag, generation as u32);
             let merged = match found {
                 Some(way) => {
                     let head = &set.heads[way];
@@ -443,31 +434,24 @@ impl RowCache {
                 None => None,
             };
             if let Some((len, complete)) = merged {
-                self.store(set, cf, rowid, generation, &new[..len], complete);
+                self.store(set, cf, rowid, tag, generation, &new[..len], complete);
             }
         });
         set.lock.store(version + 2, Ordering::SeqCst);
     }
 
-    /// The way whose valid answer is row `rowid` of `cf` in `generation`.
-    fn find(&self, set: &Set, cf: CfRef, rowid: u64, generation: u32) -> Option<usize> {
+    /// The way whose valid answer is row `rowid` (tagged `tag`) of `cf` in
+    /// `generation`.
+    fn find(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u32) -> Option<usize> {
         let cf_word = cf_word(cf);
-        let tag = self.place(cf, rowid).1;
-        let mut tagged = ways_tagged(set, tag);
-        while tagged != 0 {
-            let way = tagged.trailing_zeros() as usize;
-            tagged &= tagged - 1;
+        ways_in(ways_tagged(set, tag)).find(|&way| {
             let head = &set.heads[way];
             let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-            if meta.valid
+            meta.valid
                 && meta.generation == generation
                 && head.rowid.load(Ordering::Relaxed) == rowid
                 && head.cf.load(Ordering::Relaxed) == cf_word
-            {
-                return Some(way);
-            }
-        }
-        None
+        })
     }
 
     /// Marks the answer starting at `way` gone. Caller holds the set lock.
@@ -483,7 +467,8 @@ impl RowCache {
 
     /// Writes `answer` into a run of ways, evicting what overlaps it.
     /// Caller holds the set lock.
-    fn store(&self, set: &Set, cf: CfRef, rowid: u64, generation: u64, answer: &[u8], complete: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn store(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u64, answer: &[u8], complete: bool) {
         let ways = answer.len().div_ceil(WAY_BYTES).max(1);
         if answer.len() > MAX_ANSWER {
             return;
@@ -496,10 +481,7 @@ impl RowCache {
             start
         });
         // Evict every answer overlapping [start, start + ways).
-        let mut in_use = ways_in_use(set);
-        while in_use != 0 {
-            let way = in_use.trailing_zeros() as usize;
-            in_use &= in_use - 1;
+        for way in ways_in(ways_in_use(set)) {
             let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
             if meta.valid && way < start + ways && start < way + meta.ways {
                 self.invalidate(set, way);
@@ -518,7 +500,7 @@ impl RowCache {
             set.data[first + i].store(u64::from_le_bytes(word), Ordering::Relaxed);
         }
         head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
-        set_tag(set, start, self.place(cf, rowid).1);
+        set_tag(set, start, tag);
         head.seq.store(seq + 2, Ordering::Release);
     }
 }
@@ -553,16 +535,19 @@ fn ways_tagged(set: &Set, tag: u16) -> u64 {
 /// only a valid one: `store` and `invalidate` keep them together under the
 /// set lock), as bits of a mask. For writers, which hold the lock.
 fn ways_in_use(set: &Set) -> u64 {
-    let mut mask = 0u64;
-    for (i, word) in set.tags.iter().enumerate() {
-        let x = word.load(Ordering::Relaxed);
-        for lane in 0..4 {
-            if x >> (16 * lane) & 0xFFFF != 0 {
-                mask |= 1 << (4 * i + lane);
-            }
-        }
-    }
-    mask
+    const ALL_WAYS: u64 = u64::MAX >> (64 - WAYS);
+    !ways_tagged(set, 0) & ALL_WAYS
+}
+
+/// The ways whose bits are set in `mask`, lowest first.
+fn ways_in(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let way = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            way
+        })
+    })
 }
 
 /// Sets way `way`'s tag. Caller holds the set lock (the only writer).
@@ -609,10 +594,7 @@ fn lock(set: &Set) -> u64 {
 /// First run of `ways` consecutive ways covered by no valid answer.
 fn free_run(set: &Set, ways: usize) -> Option<usize> {
     let mut used = [false; WAYS];
-    let mut in_use = ways_in_use(set);
-    while in_use != 0 {
-        let way = in_use.trailing_zeros() as usize;
-        in_use &= in_use - 1;
+    for way in ways_in(ways_in_use(set)) {
         let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
         if meta.valid {
             for u in used.iter_mut().skip(way).take(meta.ways) {

@@ -44,6 +44,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::protocol::{CfRef, LockMode};
+use crate::region::{power_of_two_fit, Stamp};
 use crate::striped::StripedCounters;
 
 /// Entries per bucket.
@@ -56,8 +57,8 @@ const MAGIC: u64 = 0x7061_7376_524c_0001; // "pasvRL" v1
 
 #[repr(C)]
 struct Header {
-    magic: AtomicU64,
-    buckets: AtomicU64,
+    /// The bucket count.
+    stamp: Stamp,
     _pad: [AtomicU64; 6],
     /// Grants made here ([`GRANTED`]), and requests sent on to the engine
     /// because their bucket was full or spilled ([`SPILLED`]): counters for
@@ -140,15 +141,9 @@ impl SharedRowLocks {
     /// `base` points to `bytes` writable, zeroed, 8-aligned bytes that live
     /// as long as every handle made from them.
     pub unsafe fn format(base: *mut u8, bytes: usize) -> Option<SharedRowLocks> {
-        let fit = bytes.checked_sub(std::mem::size_of::<Header>())? / std::mem::size_of::<Bucket>();
-        if fit == 0 {
-            return None;
-        }
-        let buckets = 1usize << fit.ilog2();
+        let buckets = power_of_two_fit(bytes, std::mem::size_of::<Header>(), std::mem::size_of::<Bucket>())?;
         let locks = SharedRowLocks { base, buckets };
-        let h = locks.header();
-        h.buckets.store(buckets as u64, Ordering::Relaxed);
-        h.magic.store(MAGIC, Ordering::Release);
+        locks.header().stamp.mark(MAGIC, buckets);
         Some(locks)
     }
 
@@ -157,11 +152,8 @@ impl SharedRowLocks {
     /// # Safety
     /// As for `format`, for a region formatted before.
     pub unsafe fn attach(base: *mut u8) -> Option<SharedRowLocks> {
-        let h = &*(base as *const Header);
-        if h.magic.load(Ordering::Acquire) != MAGIC {
-            return None;
-        }
-        Some(SharedRowLocks { base, buckets: h.buckets.load(Ordering::Relaxed) as usize })
+        let buckets = (*(base as *const Header)).stamp.count(MAGIC)?;
+        Some(SharedRowLocks { base, buckets })
     }
 
     fn header(&self) -> &Header {

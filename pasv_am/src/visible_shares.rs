@@ -20,6 +20,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::protocol::CfRef;
+use crate::region::{power_of_two_fit, Stamp};
 
 const MAGIC: u64 = 0x7061_7376_5653_0001; // "pasvVS" v1
 /// Slots probed for one key.
@@ -29,8 +30,8 @@ pub const ONE: u32 = 1 << 16;
 
 #[repr(C)]
 struct Header {
-    magic: AtomicU64,
-    slots: AtomicU64,
+    /// The slot count.
+    stamp: Stamp,
 }
 
 #[repr(C)]
@@ -66,15 +67,9 @@ impl VisibleShares {
     /// `base` points to `bytes` writable, zeroed, 8-aligned bytes that live
     /// as long as every handle made from them.
     pub unsafe fn format(base: *mut u8, bytes: usize) -> Option<VisibleShares> {
-        let fit = bytes.checked_sub(std::mem::size_of::<Header>())? / std::mem::size_of::<Slot>();
-        if fit == 0 {
-            return None;
-        }
-        let slots = 1usize << fit.ilog2();
+        let slots = power_of_two_fit(bytes, std::mem::size_of::<Header>(), std::mem::size_of::<Slot>())?;
         let shares = VisibleShares { base, slots };
-        let h = shares.header();
-        h.slots.store(slots as u64, Ordering::Relaxed);
-        h.magic.store(MAGIC, Ordering::Release);
+        shares.header().stamp.mark(MAGIC, slots);
         Some(shares)
     }
 
@@ -83,11 +78,8 @@ impl VisibleShares {
     /// # Safety
     /// As for `format`, for a region formatted before.
     pub unsafe fn attach(base: *mut u8) -> Option<VisibleShares> {
-        let h = &*(base as *const Header);
-        if h.magic.load(Ordering::Acquire) != MAGIC {
-            return None;
-        }
-        Some(VisibleShares { base, slots: h.slots.load(Ordering::Relaxed) as usize })
+        let slots = (*(base as *const Header)).stamp.count(MAGIC)?;
+        Some(VisibleShares { base, slots })
     }
 
     fn header(&self) -> &Header {

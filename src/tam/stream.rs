@@ -75,10 +75,10 @@ pub struct RowStream {
     mvcc: bool,
     /// The range spans more than one row.
     wide: bool,
-    /// The range is an index fetch's window of rows read ahead (set by its
-    /// owner after `set_range`): rows the row cache holds are taken from
-    /// it one by one instead of asking the engine for the window.
-    pub window: bool,
+    /// The range is an index fetch's window of rows read ahead
+    /// (`set_window`): rows the row cache holds are taken from it one by
+    /// one instead of asking the engine for the window.
+    window: bool,
     /// Batches fetched since the range was set.
     batches: u32,
     /// The row cache answered for the current window's last row read.
@@ -308,21 +308,12 @@ impl RowStream {
                     let alone = match cache_row {
                         Some(rowid) if in_window && after_hit => {
                             let (start, end) = keys::row_range(rowid, rowid + 1);
-                            match engine_client::scan_into(self.cf, &start, &end, 0, pasv_am::row_cache::PER_ROW, dest) {
-                                Ok(c) => Some(c).filter(|c| has_entries(&dest[..c.len])),
-                                Err(e) => e.raise(doing),
-                            }
+                            Some(self.read(&start, &end, pasv_am::row_cache::PER_ROW, dest, doing)).filter(|c| has_entries(&dest[..c.len]))
                         }
                         _ => None,
                     };
                     window_hit |= alone.is_some();
-                    match alone {
-                        Some(c) => c,
-                        None => match engine_client::scan_into(self.cf, &self.next_start, &self.end, 0, self.per_row, dest) {
-                            Ok(c) => c,
-                            Err(e) => e.raise(doing),
-                        },
-                    }
+                    alone.unwrap_or_else(|| self.read(&self.next_start, &self.end, self.per_row, dest, doing))
                 }
             },
         };
@@ -371,6 +362,14 @@ impl RowStream {
                 }
                 Err(e) => e.raise(doing),
             }
+        }
+    }
+
+    /// `[start, end)` with `per_row` versions a row from the engine, into `dest`.
+    fn read(&self, start: &[u8], end: &[u8], per_row: u32, dest: &mut [u8], doing: &str) -> engine_client::ScanCopied {
+        match engine_client::scan_into(self.cf, start, end, 0, per_row, dest) {
+            Ok(c) => c,
+            Err(e) => e.raise(doing),
         }
     }
 
