@@ -325,6 +325,7 @@ init_cluster() {
     echo "max_replication_slots = 16"
     echo "max_wal_senders = 16"
     echo "max_worker_processes = 32"
+    echo "max_prepared_transactions = 8"
     echo "port = $port"
     echo "listen_addresses = 'localhost'"
     echo "unix_socket_directories = '$PASV_RUN'"

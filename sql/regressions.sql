@@ -50,14 +50,21 @@ SELECT pasv.crash_point('truncate', -1);
 SELECT count(*) AS crash_points FROM pasv.crash_points();
 SELECT pasv.clear_crash_points();
 
--- PREPARE TRANSACTION after locking pasv rows is refused: the locks live in
--- the engine under this session, whose next transaction would release them.
+-- A prepared transaction keeps the row locks it took: the preparing
+-- session's next transaction does not release them (PREPARE used to be
+-- refused because it would have).
 CREATE TABLE pl (k int PRIMARY KEY) USING pasv;
 INSERT INTO pl VALUES (1);
 BEGIN;
 SELECT * FROM pl WHERE k = 1 FOR UPDATE;
 PREPARE TRANSACTION 'pasv_locked';
 SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'pasv_locked';
+BEGIN;
+SELECT * FROM pl WHERE k = 1;
+COMMIT;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT k FROM pl WHERE k = 1 FOR UPDATE NOWAIT" 2>&1
+ROLLBACK PREPARED 'pasv_locked';
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT k FROM pl WHERE k = 1 FOR UPDATE NOWAIT" 2>&1
 DROP TABLE pl;
 
 -- VACUUM FULL and CLUSTER form every row again for the new descriptor: a

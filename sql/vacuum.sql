@@ -1,5 +1,20 @@
 -- VACUUM removes versions no snapshot can see, rows deleted for everyone
 -- (and their index entries), freezes old versions and advances relfrozenxid.
+-- VACUUM removes only what no snapshot can see: before each one, wait
+-- (bounded) until no other process holds a snapshot older than this
+-- session's work (pasv's replay worker reads catalogs in short
+-- transactions of its own, and a VACUUM that overlaps one keeps more).
+CREATE PROCEDURE pg_temp.wait_for_horizon() LANGUAGE plpgsql AS $$
+DECLARE
+  horizon bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+BEGIN
+  FOR i IN 1..2000 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN NOT EXISTS (SELECT FROM pg_stat_activity
+                           WHERE pid <> pg_backend_pid() AND backend_xmin::text::bigint < horizon);
+    PERFORM pg_sleep(0.005);
+  END LOOP;
+END $$;
 CREATE TABLE v (id int PRIMARY KEY, grp int, payload text) USING pasv;
 CREATE INDEX v_grp ON v (grp);
 INSERT INTO v SELECT g, g % 10, repeat('x', 100) FROM generate_series(1, 10000) g;
@@ -18,6 +33,7 @@ SELECT pasv.table_versions('v'::regclass);
 COMMIT;
 DELETE FROM v WHERE grp = 0;
 SELECT count(*), pasv.table_versions('v'::regclass) FROM v;
+CALL pg_temp.wait_for_horizon();
 VACUUM (VERBOSE, PROCESS_TOAST false) v;
 SELECT count(*), pasv.table_versions('v'::regclass) FROM v;
 -- Index scans agree with the table after the index cleanup.
@@ -29,16 +45,19 @@ SELECT count(*), min(payload), max(payload) FROM v WHERE grp = 5;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 -- A second VACUUM finds nothing left to do.
+CALL pg_temp.wait_for_horizon();
 VACUUM (VERBOSE, PROCESS_TOAST false) v;
 -- Rolled-back inserts leave versions that VACUUM removes.
 BEGIN;
 INSERT INTO v SELECT g, -1, 'aborted' FROM generate_series(20001, 20500) g;
 ROLLBACK;
 SELECT pasv.table_versions('v'::regclass);
+CALL pg_temp.wait_for_horizon();
 VACUUM v;
 SELECT pasv.table_versions('v'::regclass);
 -- VACUUM FREEZE freezes every version and advances relfrozenxid.
 SELECT age(relfrozenxid) > 0 AS has_age FROM pg_class WHERE relname = 'v';
+CALL pg_temp.wait_for_horizon();
 VACUUM (FREEZE, VERBOSE, PROCESS_TOAST false) v;
 -- (up to the oldest running snapshot: pasv's replay worker may hold one a few
 -- transactions old for a moment)
@@ -54,6 +73,7 @@ CREATE TABLE vg (id int, a int[], v int) USING pasv WITH (autovacuum_enabled = o
 CREATE INDEX vg_a ON vg USING gin (a) WITH (fastupdate = on, gin_pending_list_limit = 4096);
 CREATE INDEX vg_v ON vg USING brin (v) WITH (pages_per_range = 1);
 INSERT INTO vg SELECT g, array[1, g], g FROM generate_series(1, 1000) g;
+CALL pg_temp.wait_for_horizon();
 VACUUM vg;
 SELECT gin_clean_pending_list('vg_a') AS pending_after_vacuum;
 SELECT brin_summarize_new_values('vg_v') AS unsummarized_after_vacuum;
@@ -73,12 +93,15 @@ CREATE TABLE vt (id int PRIMARY KEY, t text) USING pasv WITH (autovacuum_enabled
 INSERT INTO vt SELECT g, 'row ' || g FROM generate_series(1, 1000) g;
 SELECT pg_relation_size('vt') / 8192 AS blocks;
 DELETE FROM vt WHERE id > 300;
+CALL pg_temp.wait_for_horizon();
 VACUUM (TRUNCATE false) vt;
 SELECT pg_relation_size('vt') / 8192 AS blocks;
 ALTER TABLE vt SET (vacuum_truncate = false);
+CALL pg_temp.wait_for_horizon();
 VACUUM vt;
 SELECT pg_relation_size('vt') / 8192 AS blocks;
 ALTER TABLE vt RESET (vacuum_truncate);
+CALL pg_temp.wait_for_horizon();
 VACUUM vt;
 SELECT pg_relation_size('vt') / 8192 AS blocks, count(*), sum(id) FROM vt;
 SET enable_seqscan = off;
@@ -91,6 +114,7 @@ SELECT pg_relation_size('vt') > 2 * 8192 AS stretched, count(*) FROM vt;
 CREATE TABLE ve (i int NOT NULL) USING pasv WITH (autovacuum_enabled = off);
 INSERT INTO ve VALUES (1), (NULL);
 SELECT pg_relation_size('ve') > 0 AS has_size;
+CALL pg_temp.wait_for_horizon();
 VACUUM ve;
 SELECT pg_relation_size('ve') AS size_after_vacuum;
 DROP TABLE ve;
@@ -99,11 +123,13 @@ DROP TABLE ve;
 -- index cleanup removes them with their entries.
 DELETE FROM vt WHERE id <= 100;
 SELECT pasv.table_versions('vt'::regclass) AS versions_before;
+CALL pg_temp.wait_for_horizon();
 VACUUM (INDEX_CLEANUP off) vt;
 SELECT pasv.table_versions('vt'::regclass) AS versions_with_stubs;
 SET enable_seqscan = off;
 SELECT count(*), sum(id) FROM vt WHERE id > 0;
 RESET enable_seqscan;
+CALL pg_temp.wait_for_horizon();
 VACUUM vt;
 SELECT pasv.table_versions('vt'::regclass) AS versions_after;
 SELECT count(*), sum(id) FROM vt;

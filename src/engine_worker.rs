@@ -260,6 +260,15 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         }
     }
 
+    // Prepared transactions hold their row locks again before any backend
+    // can lock a row (locking needs the engine ready: a row is read first).
+    let prepared = crate::two_phase::restore(|xid, cf, rowid, mode| {
+        engine.lock_row(cf, rowid, xid, mode, 0);
+    });
+    if prepared > 0 {
+        pgrx::log!("pasv engine: {prepared} prepared transactions hold row locks again");
+    }
+
     // SAFETY: reading our own pid global.
     header.engine_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
     header.engine_generation.fetch_add(1, Ordering::Relaxed);

@@ -11,7 +11,8 @@
 //! * `tam/`            the table access method callbacks
 //! * `logical/`        logical decoding sees pasv tables' changes as row changes (publications)
 //! * `utility_hook`    CREATE DATABASE ... TEMPLATE copies pasv tables (`database_copy`)
-//! * `xact`            pending drops, pre-commit flush, PREPARE refusal
+//! * `xact`            pending drops, pre-commit flush, PREPARE hand-over
+//! * `two_phase`       prepared transactions: durable writes, locks kept, state file
 //! * `row_locks`       this backend's row locks (shared memory or the engine), released at the end
 //! * `wal`             every change logged to PostgreSQL's WAL as a logical message
 //! * `wal_flush`       WAL before data: the engine main thread's XLogFlush service
@@ -41,6 +42,7 @@ mod row_locks;
 mod shmem;
 mod sql_api;
 mod tam;
+mod two_phase;
 mod utility_hook;
 mod verify;
 mod wal;

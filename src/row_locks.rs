@@ -6,7 +6,8 @@
 //! Owns what the backend remembers of its locks: the rows it holds in
 //! shared memory, the buckets it spilled, and whether the engine may hold
 //! locks of its transaction. `xact.rs` calls the release at commit and abort;
-//! `tam/rowops.rs` takes locks through [`lock`].
+//! `tam/rowops.rs` takes locks through [`lock`]. A prepared transaction's
+//! locks stay in the shared table under its xid (`crate::two_phase`).
 //!
 //! Invariants:
 //! * A row lock is released only after every write its holder made under it
@@ -139,6 +140,68 @@ pub fn release_at_abort() {
         release_engine_locks(xid);
     }
     unspill_all();
+}
+
+/// PREPARE TRANSACTION (before its record): the rows this transaction
+/// holds, with their modes, for the prepared transaction's state file; or
+/// `None` when some of its locks are in the engine's table, which a
+/// prepared transaction does not carry over (they are not listed here).
+pub fn held_for_prepare() -> Option<Vec<(CfRef, u64, LockMode)>> {
+    if ENGINE_HOLDER.with(|e| e.get()) != 0 || SPILLED.with(|s| !s.borrow().is_empty()) {
+        return None;
+    }
+    let (xid, rows) = HELD.with(|h| {
+        let h = h.borrow();
+        (h.0, h.1.clone())
+    });
+    let Some(table) = crate::shmem::row_locks() else { return Some(Vec::new()) };
+    Some(
+        rows.into_iter()
+            .filter_map(|(cf, rowid)| {
+                let mode = table.holders(cf, rowid).into_iter().find(|&(holder, _)| holder == xid)?.1;
+                Some((cf, rowid, mode))
+            })
+            .collect(),
+    )
+}
+
+/// PREPARE TRANSACTION (after its record): the locks stay in the shared
+/// table under the prepared transaction's xid; this backend forgets them.
+pub fn hand_over_to_prepared() {
+    HELD.with(|h| *h.borrow_mut() = (0, Vec::new()));
+    ENGINE_HOLDER.with(|e| e.set(0));
+}
+
+/// COMMIT / ROLLBACK PREPARED of `xid`, which held `rows` (its state
+/// file's): release them, and anything the engine's table holds for it.
+/// Never ERRORs; a lock left behind is evicted by the next locker of its
+/// row, as any ended holder's.
+pub fn release_prepared(xid: u32, rows: &[(CfRef, u64, LockMode)]) {
+    if let Some(table) = crate::shmem::row_locks() {
+        for &(cf, rowid, _) in rows {
+            table.release(cf, rowid, xid);
+        }
+    }
+    release_engine_locks(xid);
+}
+
+/// Engine start: take the locks of prepared transaction `xid` again.
+/// `in_engine` takes one in the engine's table when the row's bucket here
+/// is full (its spill count then stays raised until the server restarts).
+pub fn restore_prepared(xid: u32, rows: &[(CfRef, u64, LockMode)], mut in_engine: impl FnMut(CfRef, u64, LockMode)) {
+    let Some(table) = crate::shmem::row_locks() else {
+        rows.iter().for_each(|&(cf, rowid, mode)| in_engine(cf, rowid, mode));
+        return;
+    };
+    for &(cf, rowid, mode) in rows {
+        match table.lock(cf, rowid, xid, mode, 0) {
+            Outcome::Granted { .. } => {}
+            Outcome::Engine { .. } => in_engine(cf, rowid, mode),
+            Outcome::Conflict { holder } => pgrx::warning!(
+                "pasv: the row lock of prepared transaction {xid} on row {rowid} of {cf} conflicts with transaction {holder}'s"
+            ),
+        }
+    }
 }
 
 fn release_shared() {

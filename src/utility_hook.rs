@@ -3,6 +3,9 @@
 //!
 //! * `CREATE DATABASE`: the template's pasv tables are copied into the new
 //!   database (`database_copy.rs`).
+//! * `PREPARE TRANSACTION`, `COMMIT PREPARED`, `ROLLBACK PREPARED`: the GID
+//!   is noted, and a finished prepared transaction's locks and drops are
+//!   settled after PostgreSQL finished it (`two_phase.rs`).
 //! * Every statement but transaction control first sends (and so logs) the
 //!   row changes this backend buffered: logical decoding reads a change with
 //!   the catalog as of its log record, so a change logged after an `ALTER
@@ -60,8 +63,11 @@ unsafe extern "C-unwind" fn process_utility(
     // memory, which outlasts this call.
     let stmt = (*pstmt).utilityStmt;
     let tag = if stmt.is_null() { pg_sys::NodeTag::T_Invalid } else { (*stmt).type_ };
+    let mut finishing_prepared = false;
     if tag != pg_sys::NodeTag::T_TransactionStmt {
         send_buffered_rows();
+    } else {
+        finishing_prepared = transaction_statement(stmt as *const pg_sys::TransactionStmt);
     }
     let mut template = 0;
     let mut new_database: *const std::ffi::c_char = std::ptr::null();
@@ -77,6 +83,37 @@ unsafe extern "C-unwind" fn process_utility(
     if template != 0 {
         crate::database_copy::after_create(template, new_database);
     }
+    if finishing_prepared {
+        finish_prepared();
+    }
+}
+
+/// Note what a transaction statement means for prepared transactions;
+/// whether it finishes one (its state is settled after PostgreSQL ran it).
+#[pgrx::pg_guard]
+extern "C-unwind" fn transaction_statement(stmt: *const pg_sys::TransactionStmt) -> bool {
+    use pg_sys::TransactionStmtKind::*;
+    // SAFETY: the hook's statement, a TransactionStmt by its tag.
+    let (kind, gid) = unsafe {
+        let gid = (*stmt).gid;
+        ((*stmt).kind, (!gid.is_null()).then(|| std::ffi::CStr::from_ptr(gid).to_string_lossy().into_owned()))
+    };
+    match (kind, gid) {
+        (TRANS_STMT_PREPARE, Some(gid)) => {
+            crate::two_phase::note_prepare_statement(&gid);
+            false
+        }
+        (TRANS_STMT_COMMIT_PREPARED | TRANS_STMT_ROLLBACK_PREPARED, Some(gid)) => {
+            crate::two_phase::before_finish(&gid, kind == TRANS_STMT_COMMIT_PREPARED);
+            true
+        }
+        _ => false,
+    }
+}
+
+#[pgrx::pg_guard]
+extern "C-unwind" fn finish_prepared() {
+    crate::two_phase::after_finish();
 }
 
 /// Send the row changes this backend buffered, logging them now.

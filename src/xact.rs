@@ -1,17 +1,18 @@
-//! Transaction-end work: sending buffered rows before commit, refusing
-//! PREPARE, and the pending CF drops scheduled by DDL, run at commit or abort
-//! of the (sub)transaction that scheduled them.
+//! Transaction-end work: sending buffered rows before commit, handing a
+//! prepared transaction's state to `two_phase`, and the pending CF drops
+//! scheduled by DDL, run at commit or abort of the (sub)transaction that
+//! scheduled them (or at the end of the prepared transaction).
 //!
 //! Commit and abort callbacks must never ERROR (PostgreSQL would PANIC):
 //! failures there are WARNINGs, and the orphaned CF is left for the sweep.
 
 use crate::error::CallError;
-use crate::{engine_client, error};
+use crate::engine_client;
 use pasv_am::protocol::CfRef;
 use pgrx::pg_sys;
 use std::cell::{Cell, RefCell};
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     DropCf(CfRef),
     DropDatabase(u32),
@@ -43,7 +44,7 @@ pub fn schedule(action: Action, when: When) {
     PENDING.with(|p| p.borrow_mut().push(Pending { action, when, nest_level }));
 }
 
-/// This transaction changed pasv data (PREPARE is refused then).
+/// This transaction changed pasv data (PREPARE makes it durable then).
 pub fn mark_written() {
     WROTE.with(|w| w.set(true));
 }
@@ -55,7 +56,7 @@ pub unsafe fn register() {
     pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
 }
 
-fn run(action: Action, when: When) {
+pub(crate) fn run(action: Action, when: When) {
     if !matches!(action, Action::ResumeDatabase(_)) && !crate::ipc::client::engine_up_now() {
         // Never wait here (see engine_up_now): the CF stays an orphan until
         // the sweep after the next recovery.
@@ -128,19 +129,14 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_PRE_PREPARE => {
-            // Row locks too (SELECT ... FOR UPDATE): they live in the
-            // engine's memory under this backend's xid, and this session's
-            // next transaction would release them.
             // A transaction that used temporary objects is refused by
             // PostgreSQL itself, right after this callback, with its own
             // message (as on heap): leave it that one.
             // SAFETY: a plain read of a backend global.
             let used_temp = unsafe { pg_sys::MyXactFlags as u32 & pg_sys::XACT_FLAGS_ACCESSEDTEMPNAMESPACE != 0 };
-            if !used_temp && (WROTE.with(|w| w.get()) || crate::row_locks::any_held()) {
-                error::not_supported(
-                    "PREPARE TRANSACTION",
-                    "Commit or roll back transactions that write or lock rows of pasv tables directly.",
-                );
+            let pending = PENDING.with(|p| p.borrow().iter().map(|x| (x.action, x.when)).collect::<Vec<_>>());
+            if !used_temp && (WROTE.with(|w| w.get()) || crate::row_locks::any_held() || !pending.is_empty()) {
+                crate::two_phase::before_prepare(pending);
             }
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
@@ -157,10 +153,15 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             crate::flushflag::after_abort();
             crate::row_locks::release_at_abort();
             finish_levels(0, When::Abort);
+            crate::two_phase::after_abort();
             WROTE.with(|w| w.set(false));
         }
         XACT_EVENT_PREPARE => {
+            // The prepared transaction keeps its locks and drops (in its
+            // state file): nothing is released or run here.
+            crate::tam::forget_cached_rows();
             engine_client::owed_clear();
+            crate::two_phase::after_prepare();
             PENDING.with(|p| p.borrow_mut().clear());
             WROTE.with(|w| w.set(false));
         }

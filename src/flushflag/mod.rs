@@ -7,7 +7,10 @@
 //! * `engine_wal` mode: RocksDB's WAL is synced (after PostgreSQL's);
 //! * `pasv`/`naive` mode while the database has no replication slot yet (or
 //!   lost it): the written tables are flushed, because no slot keeps the WAL
-//!   that recovery would need.
+//!   that recovery would need;
+//! * before PREPARE TRANSACTION, in `pasv`/`naive` mode: always, and no flag
+//!   is written for the prepared transaction's commit (its tables'
+//!   persistence points only lag).
 //!
 //! The persistence points themselves (local DPP per CF, global DPP per
 //! database) are computed by the replay worker from the engine's report:
@@ -38,17 +41,36 @@ pub fn before_commit() -> Result<(), CallError> {
         // when the commit is synchronous.
         DurabilityMode::EngineWal if synchronous() => engine_client::sync_wal(),
         DurabilityMode::EngineWal => Ok(()),
-        mode if mode.replays() && !slot_protects(db) => {
-            for rel in rels {
-                match engine_client::flush_cf(CfRef { db, rel }) {
-                    Err(CallError::Engine { code: pasv_am::protocol::ErrorCode::NoSuchCf, .. }) => {}
-                    other => other?,
-                }
-            }
-            Ok(())
-        }
+        mode if mode.replays() && !slot_protects(db) => flush_tables(db, &rels),
         _ => Ok(()),
     }
+}
+
+/// Before PREPARE TRANSACTION (rows drained; still inside the transaction):
+/// make what it wrote durable now, whatever protects the database. Its
+/// change messages are decoded only when it is committed, so replay could
+/// not bring back what a crash took from the memtables while it was
+/// prepared (`crate::two_phase`).
+pub fn before_prepare() -> Result<(), CallError> {
+    let (db, rels) = written_tables::written_so_far();
+    if rels.is_empty() {
+        return Ok(());
+    }
+    match guc::durability() {
+        DurabilityMode::EngineWal => engine_client::sync_wal(),
+        mode if mode.replays() => flush_tables(db, &rels),
+        _ => Ok(()),
+    }
+}
+
+fn flush_tables(db: u32, rels: &[u32]) -> Result<(), CallError> {
+    for &rel in rels {
+        match engine_client::flush_cf(CfRef { db, rel }) {
+            Err(CallError::Engine { code: pasv_am::protocol::ErrorCode::NoSuchCf, .. }) => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 /// After the commit record (never ERRORs): write the flags, releasing the

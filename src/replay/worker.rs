@@ -401,6 +401,13 @@ impl Worker<'_> {
     /// but did not reach the engine. Safe only here, before the database is
     /// READY: no backend can have created a CF since the crash.
     fn sweep_orphans(&self, rows: &[PersistenceRow]) -> Step<()> {
+        // A prepared transaction's tables are invisible in pg_class until it
+        // commits: sweep another time (the next recovery without any).
+        let prepared = "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()";
+        if let Some(n @ 1..) = self.spi(|| select_one(prepared))? {
+            pgrx::log!("pasv recovery of database {}: {n} prepared transactions: column families without a table are kept", self.db);
+            return Ok(());
+        }
         for row in rows {
             let query = format!("SELECT count(*) FROM pg_class WHERE relfilenode = {}", row.rel);
             if self.spi(|| select_one(&query))? == Some(0) {
