@@ -446,12 +446,10 @@ fn submit(
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
     let h = chan.header();
-    if how == Submit::Ahead {
-        // Before SUBMITTED: the count is never below the unclaimed ones.
-        h.aheads_unclaimed.fetch_add(1, Ordering::SeqCst);
-    }
     // Release: the request bytes become visible to the engine's Acquire CAS.
     slot.state.store(SUBMITTED, Ordering::SeqCst);
+    // After the state: an engine thread that takes the bit sees SUBMITTED.
+    chan.submitted_word(i / 64).fetch_or(1 << (i % 64), Ordering::SeqCst);
     h.doorbell.fetch_add(1, Ordering::SeqCst);
     if h.servers.sleeping_servers.load(Ordering::SeqCst) > 0 && h.servers.idle_pollers.load(Ordering::SeqCst) == 0 {
         futex::wake(&h.doorbell, 1);

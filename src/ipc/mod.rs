@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! ```text
-//! ChannelHeader | SlotHeader × nslots (64-byte aligned) | buffer × nslots (buffer_bytes each, 4 KiB aligned)
+//! ChannelHeader | SlotHeader × nslots (64-byte aligned) | submitted bitmap (one 64-bit word per
+//!   64 slots, each word on a cache line of its own) | buffer × nslots (buffer_bytes each, 4 KiB aligned)
 //! ```
 //! Each process has two slots: its main one, whose index is its `PGPROC`
 //! number (`MyProc->pgprocno`), and its read-ahead slot, `nslots / 2`
@@ -17,9 +18,17 @@
 //! ```
 //! * The backend writes the request into the buffer, then stores
 //!   `SUBMITTED` with `Release` (pairs with the engine's `Acquire` CAS), then
-//!   bumps the doorbell (SeqCst) and wakes a sleeping engine thread.
-//! * An engine thread claims the slot with a CAS `SUBMITTED → CLAIMED`
-//!   (`Acquire`), copies the request out, writes the response into the
+//!   sets the slot's bit in the *submitted bitmap* (SeqCst `fetch_or`, after
+//!   the state store), then bumps the doorbell (SeqCst) and wakes a sleeping
+//!   engine thread. A set bit therefore always means one request in state
+//!   `SUBMITTED` that no engine thread has taken yet.
+//! * An engine thread finds work by reading the bitmap (a few words, not
+//!   every slot's state), takes a request by clearing its bit (`fetch_and`;
+//!   only the thread whose `fetch_and` saw the bit set goes on, and its
+//!   RMW reads the backend's `fetch_or`, so the `SUBMITTED` store before it
+//!   is visible), then claims the slot with a CAS `SUBMITTED → CLAIMED`
+//!   (`Acquire`; it cannot fail: nobody claims without taking the bit, and
+//!   the backend submits again only after `DONE`), copies the request out, writes the response into the
 //!   buffer, and stores `DONE` with `Release` (pairs with the backend's
 //!   `Acquire` load). It wakes the backend with a futex only if the backend
 //!   announced that it sleeps (`waiting`), read after the `DONE` store (SeqCst
@@ -124,12 +133,6 @@ pub struct ChannelHeader {
     pub servers: OwnLine<ServerStates>,
     /// How backends wait, written around every call.
     pub waiters: OwnLine<WaiterStates>,
-    /// Read-aheads submitted and not yet claimed by a service thread (a
-    /// backend adds one before its read-ahead slot becomes SUBMITTED, the
-    /// thread that claims it takes one off): service threads poll the
-    /// read-ahead slots only while it is above zero, so an idle poll costs
-    /// one pass over the main slots, as the polling bounds assume.
-    pub aheads_unclaimed: OwnLine<AtomicI32>,
     /// Incremented each time an engine finishes starting (diagnostics).
     pub engine_generation: AtomicU64,
     /// Engine-side counters (`pasv.engine_stats()`, [`EngineStat`]), since
@@ -256,7 +259,7 @@ pub struct ServerStates {
     /// Number of engine threads asleep on the doorbell (a wake is needed only then).
     pub sleeping_servers: AtomicU32,
     /// The service thread (index + 1, 0: none) that polls longest before
-    /// sleeping (`server::LEADER_IDLE_POLLS`).
+    /// sleeping (`server::LEADER_MAX_SPIN`, adaptive).
     pub spinning_server: AtomicU32,
     /// Service threads polling the slots with nothing to do: while one is,
     /// a submit needs no wake (the doorbell still catches a poller that is
@@ -321,6 +324,7 @@ pub struct Layout {
     pub nslots: usize,
     pub buffer_bytes: usize,
     pub slots_offset: usize,
+    pub submitted_offset: usize,
     pub buffers_offset: usize,
     pub total: usize,
 }
@@ -328,10 +332,11 @@ pub struct Layout {
 impl Layout {
     pub fn new(nslots: usize, buffer_bytes: usize) -> Layout {
         let slots_offset = align_up(std::mem::size_of::<ChannelHeader>(), 64);
-        let buffers_offset =
-            align_up(slots_offset + nslots * std::mem::size_of::<SlotHeader>(), BUFFER_ALIGN);
+        let submitted_offset = slots_offset + nslots * std::mem::size_of::<SlotHeader>();
+        let submitted_bytes = nslots.div_ceil(64) * std::mem::size_of::<OwnLine<AtomicU64>>();
+        let buffers_offset = align_up(submitted_offset + submitted_bytes, BUFFER_ALIGN);
         let total = buffers_offset + nslots * buffer_bytes + BUFFER_ALIGN;
-        Layout { nslots, buffer_bytes, slots_offset, buffers_offset, total }
+        Layout { nslots, buffer_bytes, slots_offset, submitted_offset, buffers_offset, total }
     }
 }
 
@@ -407,6 +412,23 @@ impl Channel {
             &*(self.base.add(self.layout.slots_offset + i * std::mem::size_of::<SlotHeader>())
                 as *const SlotHeader)
         }
+    }
+
+    /// Words of the submitted bitmap: bit `i % 64` of word `i / 64` is set
+    /// while slot `i` holds a request no engine thread has taken yet.
+    pub fn submitted_words(&self) -> usize {
+        self.layout.nslots.div_ceil(64)
+    }
+
+    pub fn submitted_word(&self, w: usize) -> &AtomicU64 {
+        assert!(w < self.submitted_words(), "bitmap word {w} out of range");
+        // SAFETY: in range; the bitmap lies before `buffers_offset`, which
+        // `init` zeroes, and holds only atomics.
+        let line = unsafe {
+            &*(self.base.add(self.layout.submitted_offset + w * std::mem::size_of::<OwnLine<AtomicU64>>())
+                as *const OwnLine<AtomicU64>)
+        };
+        &line.0
     }
 
     /// Raw pointer to slot `i`'s buffer. Who may read or write it depends on

@@ -6,24 +6,27 @@
 
 use super::{futex, Channel, CLAIMED, DONE, SUBMITTED};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How many empty polls of the slots an idle service thread makes before
-/// sleeping on the doorbell (a few microseconds). Short on purpose: on a
-/// 2-core machine a spinning thread takes the CPU from the backends it
-/// serves (profiled: 30 µs spins cost a third of all CPU under pgbench).
-const IDLE_POLLS: u32 = 64;
-/// Empty polls of the one service thread allowed to wait longer (about
-/// 50 µs): a backend between two requests of one statement (parse, plan,
-/// execute: tens of µs) then finds it awake, instead of paying a futex
-/// wake of the engine and, once its own spin ran out, one of itself
+/// Longest poll of an idle service thread before it sleeps on the doorbell.
+/// Only one thread at a time (the leader) may poll this long, and only
+/// while its idle periods show that it pays (`AdaptiveSpin`): a backend
+/// between two requests of one statement (parse, plan, execute: tens of
+/// µs) or of two transactions then finds a thread awake instead of paying a
+/// futex wake of the engine and, once its own spin ran out, one of itself
 /// (session 4: 92 % of a single client's TPC-B round trips slept).
-const LEADER_IDLE_POLLS: u32 = 512;
+const LEADER_MAX_SPIN: Duration = Duration::from_micros(500);
+/// How long the other threads poll: on a 2-core machine a polling thread
+/// takes the CPU from the backends it serves.
+const MIN_SPIN: Duration = Duration::from_micros(4);
+/// Idle polls between two clock reads (a poll reads a few bitmap words).
+const POLLS_PER_CLOCK_READ: u32 = 16;
 /// Upper bound on one doorbell sleep, so `stop` is noticed even without a wake.
 const SLEEP_BOUND: Duration = Duration::from_millis(100);
 
 /// Serve requests until `stop` is set. `thread_index` spreads the threads'
-/// scan start points so they do not all race for the same slot.
+/// start points in the submitted bitmap so they do not all race for the
+/// same slots.
 pub fn serve(
     chan: Channel,
     stop: &AtomicBool,
@@ -31,68 +34,43 @@ pub fn serve(
     mut handle: impl FnMut(&[u8], &mut [u8]) -> usize,
 ) {
     let header = chan.header();
-    let procs = chan.procs();
+    let words = chan.submitted_words();
     let mut request = Vec::with_capacity(chan.buffer_bytes());
-    let mut cursor = thread_index % procs.max(1);
+    let mut first_word = thread_index % words;
     let mut idle_polls = 0u32;
+    let mut idle_since: Option<Instant> = None;
+    let mut spin = AdaptiveSpin::new();
     // Counted in `idle_pollers` while polling with nothing to do.
     let mut polling = false;
 
     while !stop.load(Ordering::Relaxed) {
         let seen = header.doorbell.load(Ordering::SeqCst);
         let mut served_any = false;
-        // The main slots, and their read-ahead slots while any is submitted.
-        let passes = if header.aheads_unclaimed.load(Ordering::SeqCst) > 0 { 2 } else { 1 };
-        for n in 0..passes * procs {
-            let main = cursor;
-            cursor = if cursor + 1 == procs { 0 } else { cursor + 1 };
-            let ahead = n >= procs;
-            let i = if ahead { chan.ahead_slot(main) } else { main };
-            let slot = chan.slot(i);
-            if slot.state.load(Ordering::Relaxed) != SUBMITTED {
-                continue;
-            }
-            // Acquire pairs with the backend's Release store of SUBMITTED:
-            // the request bytes are visible once the CAS succeeds.
-            if slot
-                .state
-                .compare_exchange(SUBMITTED, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                continue; // another service thread took it
-            }
-            if ahead {
-                header.aheads_unclaimed.fetch_sub(1, Ordering::SeqCst);
-            }
-            let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
-            let buf = chan.buffer_ptr(i);
-            request.clear();
-            // SAFETY: in state CLAIMED this thread owns the buffer (module
-            // protocol); `len` is clamped to the buffer size.
-            request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
-            let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
-            if request.first() == Some(&pasv_am::protocol::PUT_BATCH_OP) {
-                let delay = header.test_write_delay_us.swap(0, Ordering::Relaxed);
-                if delay > 0 {
-                    std::thread::sleep(Duration::from_micros(u64::from(delay)));
+        for k in 0..words {
+            let w = if first_word + k < words { first_word + k } else { first_word + k - words };
+            let word = chan.submitted_word(w);
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let bit = bits & bits.wrapping_neg();
+                bits &= bits - 1;
+                // Only the thread whose fetch_and finds the bit set takes
+                // the request; its RMW reads the backend's fetch_or, so the
+                // SUBMITTED store and the request bytes are visible.
+                if word.fetch_and(!bit, Ordering::SeqCst) & bit == 0 {
+                    continue; // another service thread took it
                 }
+                serve_slot(chan, w * 64 + bit.trailing_zeros() as usize, &mut request, &mut handle);
+                served_any = true;
             }
-            let n = handle(&request, response);
-            slot.response_len.store(n as u32, Ordering::Relaxed);
-            // Release (SeqCst) publishes the response bytes to the backend's
-            // Acquire load; SeqCst orders it before the `waiting` load below.
-            slot.state.store(DONE, Ordering::SeqCst);
-            if slot.waiting.load(Ordering::SeqCst) != 0 {
-                futex::wake(&slot.state, 1);
-                header.count(super::EngineStat::BackendWakes);
-            }
-            header.count(super::EngineStat::Served);
-            served_any = true;
         }
+        first_word = if first_word + 1 == words { 0 } else { first_word + 1 };
         if served_any {
             if polling {
                 header.servers.idle_pollers.fetch_sub(1, Ordering::SeqCst);
                 polling = false;
+            }
+            if let Some(since) = idle_since.take() {
+                spin.idle_ended(since.elapsed());
             }
             idle_polls = 0;
             continue;
@@ -101,20 +79,24 @@ pub fn serve(
             header.servers.idle_pollers.fetch_add(1, Ordering::SeqCst);
             polling = true;
         }
-        if idle_polls < IDLE_POLLS {
-            idle_polls += 1;
+        idle_polls = idle_polls.wrapping_add(1);
+        if idle_polls % POLLS_PER_CLOCK_READ != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let idle_for = idle_since.get_or_insert_with(Instant::now).elapsed();
+        if idle_for < MIN_SPIN {
             std::hint::spin_loop();
             continue;
         }
         // One thread at a time keeps polling for longer (the leader).
         let me = thread_index as u32 + 1;
         let leader = header.servers.spinning_server.load(Ordering::Relaxed);
-        if idle_polls < LEADER_IDLE_POLLS
+        if idle_for < spin.limit()
             && (leader == me
                 || leader == 0
                     && header.servers.spinning_server.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok())
         {
-            idle_polls += 1;
             std::hint::spin_loop();
             continue;
         }
@@ -128,11 +110,92 @@ pub fn serve(
         // A submit after `seen` changed the doorbell: the wait returns at once.
         futex::wait(&header.doorbell, seen, SLEEP_BOUND);
         header.servers.sleeping_servers.fetch_sub(1, Ordering::SeqCst);
+        // The idle period goes on (`idle_since` stays) until work is found:
+        // its whole length is what a longer poll would have had to cover.
         idle_polls = 0;
     }
     if polling {
         header.servers.idle_pollers.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// How long the leader polls before it sleeps, adapted to the idle periods
+/// it has seen: a poll pays only when work comes before it ends, and costs
+/// a core meanwhile. Work that came within [`LEADER_MAX_SPIN`] of going
+/// idle (found polling, or found right after a wake) stretches the limit
+/// to 1.5 times that gap; an idle period longer than that halves it, down
+/// to [`MIN_SPIN`]. So a client whose requests follow each other every few
+/// hundred µs (TPC-B: five posted writes a transaction) finds a thread
+/// awake, and read-mostly work whose rare requests come milliseconds apart
+/// (range sums served from the row cache) stops paying a polling core.
+/// Measurements, and the variants that lost, in `HOT_PATH.md` §21.
+struct AdaptiveSpin {
+    limit: Duration,
+}
+
+impl AdaptiveSpin {
+    fn new() -> AdaptiveSpin {
+        AdaptiveSpin { limit: LEADER_MAX_SPIN }
+    }
+
+    fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// An idle period of length `gap` ended with work found.
+    fn idle_ended(&mut self, gap: Duration) {
+        self.limit = if gap <= LEADER_MAX_SPIN {
+            self.limit.max(gap + gap / 2).min(LEADER_MAX_SPIN)
+        } else {
+            (self.limit / 2).max(MIN_SPIN)
+        };
+    }
+}
+
+/// Claim slot `i`, whose bit this thread took from the submitted bitmap,
+/// run its request and publish the answer.
+fn serve_slot(
+    chan: Channel,
+    i: usize,
+    request: &mut Vec<u8>,
+    handle: &mut impl FnMut(&[u8], &mut [u8]) -> usize,
+) {
+    let header = chan.header();
+    let slot = chan.slot(i);
+    // Acquire pairs with the backend's Release store of SUBMITTED. The CAS
+    // cannot fail (module protocol: a set bit is one unclaimed request);
+    // if it ever did, the request would be someone else's to serve.
+    if slot
+        .state
+        .compare_exchange(SUBMITTED, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        debug_assert!(false, "slot {i} had its submitted bit without being SUBMITTED");
+        return;
+    }
+    let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+    let buf = chan.buffer_ptr(i);
+    request.clear();
+    // SAFETY: in state CLAIMED this thread owns the buffer (module
+    // protocol); `len` is clamped to the buffer size.
+    request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
+    let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+    if request.first() == Some(&pasv_am::protocol::PUT_BATCH_OP) {
+        let delay = header.test_write_delay_us.swap(0, Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_micros(u64::from(delay)));
+        }
+    }
+    let n = handle(request, response);
+    slot.response_len.store(n as u32, Ordering::Relaxed);
+    // Release (SeqCst) publishes the response bytes to the backend's
+    // Acquire load; SeqCst orders it before the `waiting` load below.
+    slot.state.store(DONE, Ordering::SeqCst);
+    if slot.waiting.load(Ordering::SeqCst) != 0 {
+        futex::wake(&slot.state, 1);
+        header.count(super::EngineStat::BackendWakes);
+    }
+    header.count(super::EngineStat::Served);
 }
 
 /// Wake every sleeping service thread (shutdown).
