@@ -4,7 +4,7 @@
 //! Parallel scans share an atomic cursor in the DSM: each participant takes
 //! the next chunk of rowids, so every row is returned by exactly one of them.
 
-use super::stream::RowStream;
+use super::stream::{Row, RowStream};
 use super::visibility::Reader;
 use super::{cf_of, describe_row, rel_name, store_in_slot};
 use crate::engine_client;
@@ -35,6 +35,11 @@ pub struct PasvScan {
     bm_ntuples: i32,
     bm_index: i32,
     bm_offsets: *const pg_sys::OffsetNumber,
+    /// Bitmap scans: the block's first row, read by `scan_bitmap_next_block`
+    /// to say whether the block has one (heap's says no for a block without
+    /// a visible row, and EXPLAIN ANALYZE counts only the others), returned
+    /// by the next `next_into`.
+    bm_pending: Option<Row>,
     /// TABLESAMPLE: rowid blocks in the table (0 until known), the current
     /// block, and one row read ahead of the sampling method's offsets.
     sample_nblocks: u32,
@@ -100,17 +105,26 @@ impl PasvScan {
     /// A scan begun by `scan_begin`, in a backend inside a transaction.
     pub unsafe fn next_into(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
         let rel = self.base.rs_rd;
+        let Some(row) = self.bm_pending.take().or_else(|| self.next_visible()) else {
+            return false;
+        };
+        self.cur_rowid = row.rowid;
+        super::scan_stats::row_returned(rel, self.base.rs_flags, row.rowid, &mut self.stats_block);
+        describe_row(rel, &row, &mut self.tuple);
+        store_in_slot(&mut self.tuple, slot);
+        true
+    }
+
+    /// The next row the scan returns (in its bitmap block, parallel chunk or
+    /// range), its tuple in the stream's buffer until the stream moves.
+    unsafe fn next_visible(&mut self) -> Option<Row> {
         loop {
             let reader = self.reader();
             if let Some(row) = self.stream.next_row(reader, "scanning") {
                 if self.bm_ntuples >= 0 && !self.bm_by_row() && !self.bitmap_wants(row.rowid) {
                     continue;
                 }
-                self.cur_rowid = row.rowid;
-                super::scan_stats::row_returned(rel, self.base.rs_flags, row.rowid, &mut self.stats_block);
-                describe_row(rel, &row, &mut self.tuple);
-                store_in_slot(&mut self.tuple, slot);
-                return true;
+                return Some(row);
             }
             if self.bm_by_row() && self.bm_index < self.bm_ntuples {
                 // The next exact offset, as a one-row read.
@@ -124,14 +138,12 @@ impl PasvScan {
             }
             if self.bm_ntuples != -2 {
                 // Bitmap block done: the executor moves to the next block.
-                return false;
+                return None;
             }
-            let Some(p) = self.parallel() else {
-                return false;
-            };
+            let p = self.parallel()?;
             let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
             if lo >= p.end_rowid {
-                return false;
+                return None;
             }
             let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
             self.stream.set_range(lo, hi);
@@ -186,7 +198,7 @@ impl PasvScan {
         };
         self.at_row = self.last_visible_below(hi);
         if self.at_row {
-            let row = super::stream::Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize };
+            let row = Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize };
             describe_row(self.base.rs_rd, &row, &mut self.tuple);
             store_in_slot(&mut self.tuple, slot);
         } else {
@@ -286,6 +298,7 @@ pub unsafe extern "C-unwind" fn scan_begin(
     s.sample_block = pg_sys::InvalidBlockNumber;
     super::scan_stats::scan_started(rel, flags);
     std::ptr::write(&mut s.tid_blocks, None);
+    std::ptr::write(&mut s.bm_pending, None);
     if pscan.is_null() {
         s.range_lo = 0;
         s.range_hi = MAX_ROWID + 1;
@@ -340,6 +353,7 @@ pub unsafe extern "C-unwind" fn scan_rescan(
     s.at_row = false;
     s.moved_back = false;
     s.tid_blocks = None;
+    s.bm_pending = None;
     s.stats_block = 0;
     super::scan_stats::scan_started(s.base.rs_rd, s.base.rs_flags);
 }
@@ -464,7 +478,8 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_block(
     } else {
         s.stream.set_range(s.range_lo, s.range_hi);
     }
-    true
+    s.bm_pending = s.next_visible();
+    s.bm_pending.is_some()
 }
 
 #[pgrx::pg_guard]
@@ -558,7 +573,7 @@ pub unsafe extern "C-unwind" fn scan_sample_next_tuple(
         }
         if s.ahead_rowid == wanted {
             s.ahead_valid = false;
-            let row = super::stream::Row { rowid: wanted, creator: 0, tuple: s.ahead_tuple, tuple_len: s.ahead_len };
+            let row = Row { rowid: wanted, creator: 0, tuple: s.ahead_tuple, tuple_len: s.ahead_len };
             describe_row(rel, &row, &mut s.tuple);
             store_in_slot(&mut s.tuple, slot);
             return true;
