@@ -10,14 +10,18 @@ use std::time::{Duration, Instant};
 
 /// Longest poll of an idle service thread before it sleeps on the doorbell.
 /// Only one thread at a time (the leader) may poll this long, and only
-/// while its idle periods show that it pays (`AdaptiveSpin`): a backend
+/// while its idle periods show that it pays (`AdaptiveSpin`; the others
+/// stop at [`FOLLOWER_MAX_SPIN`]): a backend
 /// between two requests of one statement (parse, plan, execute: tens of
 /// µs) or of two transactions then finds a thread awake instead of paying a
 /// futex wake of the engine and, once its own spin ran out, one of itself
 /// (session 4: 92 % of a single client's TPC-B round trips slept).
 const LEADER_MAX_SPIN: Duration = Duration::from_micros(500);
-/// How long the other threads poll: on a 2-core machine a polling thread
-/// takes the CPU from the backends it serves.
+/// Longest poll of the other threads (within the same adaptive limit): on
+/// a 2-core machine a polling thread takes the CPU from the backends it
+/// serves.
+const FOLLOWER_MAX_SPIN: Duration = Duration::from_micros(50);
+/// Shortest poll: what the adaptive limit can fall to.
 const MIN_SPIN: Duration = Duration::from_micros(4);
 /// Idle polls between two clock reads (a poll reads a few bitmap words).
 const POLLS_PER_CLOCK_READ: u32 = 16;
@@ -85,7 +89,7 @@ pub fn serve(
             continue;
         }
         let idle_for = idle_since.get_or_insert_with(Instant::now).elapsed();
-        if idle_for < MIN_SPIN {
+        if idle_for < spin.limit().min(FOLLOWER_MAX_SPIN) {
             std::hint::spin_loop();
             continue;
         }
@@ -119,8 +123,9 @@ pub fn serve(
     }
 }
 
-/// How long the leader polls before it sleeps, adapted to the idle periods
-/// it has seen: a poll pays only when work comes before it ends, and costs
+/// How long a service thread polls before it sleeps (the leader up to the
+/// limit, the others up to [`FOLLOWER_MAX_SPIN`] within it), adapted to
+/// the idle periods the thread has seen: a poll pays only when work comes before it ends, and costs
 /// a core meanwhile. Work that came within [`LEADER_MAX_SPIN`] of going
 /// idle (found polling, or found right after a wake) stretches the limit
 /// to 1.5 times that gap; an idle period longer than that halves it, down
