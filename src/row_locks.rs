@@ -177,11 +177,7 @@ pub fn hand_over_to_prepared() {
 /// Never ERRORs; a lock left behind is evicted by the next locker of its
 /// row, as any ended holder's.
 pub fn release_prepared(xid: u32, rows: &[(CfRef, u64, LockMode)]) {
-    if let Some(table) = crate::shmem::row_locks() {
-        for &(cf, rowid, _) in rows {
-            table.release(cf, rowid, xid);
-        }
-    }
+    release_in_table(xid, rows.iter().map(|&(cf, rowid, _)| (cf, rowid)));
     release_engine_locks(xid);
 }
 
@@ -209,7 +205,14 @@ fn release_shared() {
         let mut h = h.borrow_mut();
         (std::mem::replace(&mut h.0, 0), std::mem::take(&mut h.1))
     });
-    if let (Some(table), false) = (crate::shmem::row_locks(), rows.is_empty()) {
+    if !rows.is_empty() {
+        release_in_table(xid, rows);
+    }
+}
+
+/// Release `xid`'s holdings of `rows` in the shared table.
+fn release_in_table(xid: u32, rows: impl IntoIterator<Item = (CfRef, u64)>) {
+    if let Some(table) = crate::shmem::row_locks() {
         for (cf, rowid) in rows {
             table.release(cf, rowid, xid);
         }

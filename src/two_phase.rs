@@ -36,7 +36,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// What a prepared transaction leaves for its end and for a restart.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 struct PreparedState {
     xid: u32,
     db: u32,
@@ -153,8 +153,19 @@ fn write_file(state: &PreparedState) -> std::io::Result<()> {
     std::fs::File::open(&dir)?.sync_all()
 }
 
-fn read_file(path: &std::path::Path) -> Option<PreparedState> {
-    decode(&std::fs::read_to_string(path).ok()?)
+/// Every file in the state directory, with its state: `None` for a
+/// temporary file (a PREPARE cut off before its rename, hence before its
+/// record) or one that does not decode.
+fn state_files() -> Vec<(PathBuf, Option<PreparedState>)> {
+    let Ok(entries) = std::fs::read_dir(dir()) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            let state = path.extension().is_none().then(|| std::fs::read_to_string(&path).ok()).flatten();
+            (path, state.as_deref().and_then(decode))
+        })
+        .collect()
 }
 
 fn remove_file(xid: u32) {
@@ -237,14 +248,9 @@ pub fn after_abort() {
 /// database.
 pub fn before_finish(gid: &str, commit: bool) {
     FINISHING.with(|f| f.borrow_mut().take());
-    let Ok(entries) = std::fs::read_dir(dir()) else { return };
     // SAFETY: plain read of a backend global.
     let db = unsafe { u32::from(pg_sys::MyDatabaseId) };
-    let found = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_none())
-        .filter_map(|e| read_file(&e.path()))
-        .find(|s| s.gid == gid && s.db == db);
+    let found = state_files().into_iter().filter_map(|(_, s)| s).find(|s| s.gid == gid && s.db == db);
     if let Some(state) = found {
         FINISHING.with(|f| *f.borrow_mut() = Some((state, commit)));
     }
@@ -274,11 +280,8 @@ pub fn after_finish() {
 /// an ended transaction left undone is the orphan sweep's (DESIGN §6).
 /// Returns how many prepared transactions' locks were restored.
 pub fn restore(mut in_engine: impl FnMut(u32, CfRef, u64, LockMode)) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir()) else { return 0 };
     let mut restored = 0;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let state = read_file(&path);
+    for (path, state) in state_files() {
         // SAFETY: reads PostgreSQL's process array; any process attached to
         // shared memory may ask.
         let prepared = state.as_ref().is_some_and(|s| unsafe { pg_sys::TransactionIdIsInProgress(s.xid.into()) });

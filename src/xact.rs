@@ -12,7 +12,7 @@ use pasv_am::protocol::CfRef;
 use pgrx::pg_sys;
 use std::cell::{Cell, RefCell};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Action {
     DropCf(CfRef),
     DropDatabase(u32),
