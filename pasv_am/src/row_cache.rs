@@ -32,6 +32,11 @@
 //!   generation (after the change); an answer of an older generation is
 //!   never returned. A relfilenumber reused by a new incarnation therefore
 //!   never sees the old one's rows.
+//! * A fill never caches a row that has no versions. A row that was never
+//!   written (a rowid reserved by a backend, read through a stale TID or a
+//!   TID scan) therefore has no answer here, and a new row's first write
+//!   has nothing to invalidate: a writer may leave it out of the cache
+//!   without touching its set (bulk inserts do: engine/put_batch.rs).
 //! * A cached answer is a prefix of the row's versions, newest first: when
 //!   `complete` it holds every version; otherwise older ones may exist in
 //!   RocksDB and the reader asks the engine for them as it would have.
@@ -140,7 +145,13 @@ struct Set {
     lock: AtomicU64,
     /// Next way the FIFO replacement starts at.
     hand: AtomicU64,
-    _pad: [AtomicU64; 6],
+    /// The ways some valid answer covers, as bits (way `w` at bit `w`):
+    /// what a writer needs to place an answer and to find what it evicts,
+    /// without reading every head in use (32 lines for a full set; a bulk
+    /// insert spent half of the engine's time there). Writers only, under
+    /// the set lock, kept with the heads by `store` and `invalidate`.
+    occupied: AtomicU64,
+    _pad: [AtomicU64; 5],
     /// Per way, the tag ([`tag_of`]) of the row whose answer starts there, 0
     /// when none does: a lookup reads these two lines and then only the
     /// heads whose tag matches, not all of them (32 lines; a lookup was
@@ -354,8 +365,8 @@ impl RowCache {
     pub fn fill(&self, ticket: Ticket, cf: CfRef, rowid: u64, answer: &[u8]) {
         let Some((entries, more)) = entries_of(answer) else { return };
         let complete = !more && entries.len() < PER_ROW as usize;
-        if answer.len() > MAX_ANSWER {
-            return;
+        if answer.len() > MAX_ANSWER || entries.is_empty() {
+            return; // no versions: see the module's invariants
         }
         let set = self.set(ticket.set);
         if self.header().generation.load(Ordering::SeqCst) != ticket.generation {
@@ -457,6 +468,9 @@ impl RowCache {
     /// Marks the answer starting at `way` gone. Caller holds the set lock.
     fn invalidate(&self, set: &Set, way: usize) {
         let head = &set.heads[way];
+        let covered = unpack_meta(head.meta.load(Ordering::Relaxed)).ways;
+        let occupied = set.occupied.load(Ordering::Relaxed);
+        set.occupied.store(occupied & !run_mask(way, covered), Ordering::Relaxed);
         let seq = head.seq.load(Ordering::Relaxed);
         head.seq.store(seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -474,18 +488,24 @@ impl RowCache {
             return;
         }
         // A free run first; else the FIFO hand's run (wrapping to way 0).
-        let start = free_run(set, ways).unwrap_or_else(|| {
+        let start = free_run(set.occupied.load(Ordering::Relaxed), ways).unwrap_or_else(|| {
             let hand = set.hand.load(Ordering::Relaxed) as usize;
             let start = if hand + ways > WAYS { 0 } else { hand };
             set.hand.store(((start + ways) % WAYS) as u64, Ordering::Relaxed);
             start
         });
-        // Evict every answer overlapping [start, start + ways).
-        for way in ways_in(ways_in_use(set)) {
-            let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
-            if meta.valid && way < start + ways && start < way + meta.ways {
-                self.invalidate(set, way);
-            }
+        // Evict every answer overlapping [start, start + ways): those that
+        // start in it, and the one covering `start` from before it.
+        let run = run_mask(start, ways);
+        let starts = ways_in_use(set);
+        let mut evict = starts & run;
+        if set.occupied.load(Ordering::Relaxed) & (1 << start) != 0 && starts & (1 << start) == 0 {
+            // Answers are contiguous runs: the nearest start below covers it.
+            let below = starts & ((1u64 << start) - 1);
+            evict |= 1 << (63 - below.leading_zeros());
+        }
+        for way in ways_in(evict) {
+            self.invalidate(set, way);
         }
         let head = &set.heads[start];
         let seq = head.seq.load(Ordering::Relaxed);
@@ -501,6 +521,7 @@ impl RowCache {
         }
         head.meta.store(pack_meta(generation, answer.len(), ways, complete), Ordering::Relaxed);
         set_tag(set, start, tag);
+        set.occupied.store(set.occupied.load(Ordering::Relaxed) | run, Ordering::Relaxed);
         head.seq.store(seq + 2, Ordering::Release);
     }
 }
@@ -591,25 +612,21 @@ fn lock(set: &Set) -> u64 {
     }
 }
 
-/// First run of `ways` consecutive ways covered by no valid answer.
-fn free_run(set: &Set, ways: usize) -> Option<usize> {
-    let mut used = [false; WAYS];
-    for way in ways_in(ways_in_use(set)) {
-        let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
-        if meta.valid {
-            for u in used.iter_mut().skip(way).take(meta.ways) {
-                *u = true;
-            }
-        }
+/// First run of `ways` consecutive ways not in `occupied`.
+fn free_run(occupied: u64, ways: usize) -> Option<usize> {
+    // Bit w of `free` stays set iff ways w .. w + k are all free; bits shifted
+    // in from above way 63 count as occupied, so no run wraps.
+    let mut free = !occupied;
+    for k in 1..ways {
+        free &= !occupied >> k;
     }
-    let mut run = 0;
-    for (way, &u) in used.iter().enumerate() {
-        run = if u { 0 } else { run + 1 };
-        if run == ways {
-            return Some(way + 1 - ways);
-        }
-    }
-    None
+    (free != 0).then(|| free.trailing_zeros() as usize)
+}
+
+/// Bits `[start, start + ways)`.
+fn run_mask(start: usize, ways: usize) -> u64 {
+    let bits = if ways >= 64 { u64::MAX } else { (1u64 << ways) - 1 };
+    bits << start
 }
 
 fn copy_out(set: &Set, way: usize, len: usize, out: &mut [u8]) {
@@ -933,6 +950,15 @@ mod tests {
     }
 
     #[test]
+    fn a_row_without_versions_is_not_cached_by_a_fill() {
+        let r = cache(1);
+        let c = r.1;
+        let t = c.ticket(T, 9).unwrap();
+        c.fill(t, T, 9, &answer(&[], false));
+        assert_eq!(get(&c, 9), None, "a later first write of row 9 may leave the cache alone");
+    }
+
+    #[test]
     fn answers_too_large_are_not_cached_and_large_ones_span_ways() {
         let r = cache(1);
         let c = r.1;
@@ -963,6 +989,34 @@ mod tests {
             let want = plain.iter().enumerate().filter(|(_, &t)| t == probe).fold(0u64, |m, (w, _)| m | 1 << w);
             assert_eq!(ways_tagged(set, probe), want, "tag {probe:#x} at step {step}");
         }
+    }
+
+    /// A set's occupancy mask is exactly the ways its valid answers cover,
+    /// and no two answers overlap.
+    fn assert_occupancy_matches_heads(set: &Set, step: u32) {
+        let mut covered = 0u64;
+        for way in 0..WAYS {
+            let meta = unpack_meta(set.heads[way].meta.load(Ordering::Relaxed));
+            if meta.valid {
+                let run = run_mask(way, meta.ways);
+                assert_eq!(covered & run, 0, "answers overlap at way {way}, step {step}");
+                covered |= run;
+            }
+        }
+        assert_eq!(set.occupied.load(Ordering::Relaxed), covered, "occupancy at step {step}");
+    }
+
+    #[test]
+    fn free_run_finds_the_lowest_run_and_never_wraps() {
+        assert_eq!(free_run(0, 1), Some(0));
+        assert_eq!(free_run(0b1011, 1), Some(2));
+        assert_eq!(free_run(0b1011, 2), Some(4));
+        assert_eq!(free_run(u64::MAX, 1), None);
+        assert_eq!(free_run(u64::MAX >> 1, 1), Some(63));
+        assert_eq!(free_run(u64::MAX >> 1, 2), None, "a run may not wrap past way 63");
+        assert_eq!(free_run(!(0xF << 20), 4), Some(20));
+        assert_eq!(free_run(!(0xF << 20), 5), None);
+        assert_eq!(run_mask(60, 4), 0xF << 60);
     }
 
     /// Random writes and fills of many rows through one small cache, against
@@ -1022,6 +1076,9 @@ mod tests {
                         c.write(T, rowid, &ops, false);
                     }
                 }
+            }
+            for index in 0..2 {
+                assert_occupancy_matches_heads(c.set(index), step);
             }
             for (rowid, chain) in &model {
                 if let Some(bytes) = get(&c, *rowid) {

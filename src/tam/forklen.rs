@@ -16,13 +16,13 @@
 use pasv_am::keys::ROWS_PER_BLOCK;
 use pgrx::pg_sys;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 thread_local! {
     /// Known fork lengths by (db, relfilenumber), so the file is looked at
     /// once per new rowid block, not once per row. Emptied by every relcache
     /// invalidation: a VACUUM elsewhere may have shortened a fork.
-    static KNOWN: RefCell<HashMap<(u32, u32), pg_sys::BlockNumber>> = RefCell::new(HashMap::new());
+    static KNOWN: RefCell<FxHashMap<(u32, u32), pg_sys::BlockNumber>> = RefCell::new(FxHashMap::default());
 }
 
 /// Make the main fork of `smgr` `blocks` long by writing only its last page:
