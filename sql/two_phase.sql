@@ -148,3 +148,22 @@ SELECT count(*) FROM tp_new;
 SELECT * FROM pasv.verify('tp');
 SELECT * FROM pasv.verify('tp_new');
 DROP TABLE tp, tp_heap, tp_new;
+-- A creator's visibility is remembered per snapshot (tam/visibility.rs):
+-- a transaction that commits while an older one runs and a newer one has
+-- ended leaves the next statement's snapshot with the same xmin and xmax;
+-- the rows it committed must still appear at once.
+CREATE TABLE tp_memo (id int) USING pasv;
+BEGIN;
+SELECT 1 AS holds_xmin FROM pg_current_xact_id();
+PREPARE TRANSACTION 'tp_oldest';
+BEGIN;
+INSERT INTO tp_memo SELECT generate_series(1, 5);
+PREPARE TRANSACTION 'tp_writer';
+BEGIN;
+SELECT 1 AS newest FROM pg_current_xact_id();
+COMMIT;
+SELECT count(*) AS before_commit FROM tp_memo;
+COMMIT PREPARED 'tp_writer';
+SELECT count(*) AS after_commit FROM tp_memo;
+ROLLBACK PREPARED 'tp_oldest';
+DROP TABLE tp_memo;

@@ -67,6 +67,61 @@ pub unsafe fn begin_row(reader: Reader) {
     }
 }
 
+/// The last answer of an MVCC snapshot about a creator that is not this
+/// transaction: a bulk-loaded table's rows share one creator, and asking
+/// PostgreSQL three times a row (each call behind pgrx's guard) was a third
+/// of a sequential scan's backend time. The answer is a function of the
+/// snapshot's contents and the xid alone: an xid the snapshot holds in
+/// progress stays invisible to it, one it does not hold and below its xmax
+/// has ended, and an xid that was not this transaction's never becomes so.
+/// The key names the snapshot by address and by what changes with its
+/// contents: the completion count (0 in a restored snapshot: a parallel
+/// worker's), xmin, xmax and the sizes of its in-progress arrays (with the
+/// same xmin and xmax, a later snapshot's in-progress xids are a subset of
+/// an earlier one's, so equal sizes mean equal sets).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MvccKey {
+    snapshot: usize,
+    completions: u64,
+    xmin: u32,
+    xmax: u32,
+    xcnt: u32,
+    subxcnt: i32,
+    xid: u32,
+}
+
+#[derive(Clone, Copy)]
+struct MvccMemo {
+    key: MvccKey,
+    visible: bool,
+}
+
+impl MvccMemo {
+    /// # Safety
+    /// `snapshot` is a valid MVCC snapshot.
+    unsafe fn key(snapshot: pg_sys::Snapshot, xid: pg_sys::TransactionId) -> MvccKey {
+        MvccKey {
+            snapshot: snapshot as usize,
+            completions: (*snapshot).snapXactCompletionCount,
+            xmin: u32::from((*snapshot).xmin),
+            xmax: u32::from((*snapshot).xmax),
+            xcnt: (*snapshot).xcnt,
+            subxcnt: (*snapshot).subxcnt,
+            xid: u32::from(xid),
+        }
+    }
+
+    fn answer(self, key: MvccKey) -> Option<bool> {
+        (self.key == key && key.xid != 0).then_some(self.visible)
+    }
+}
+
+thread_local! {
+    static MVCC_MEMO: std::cell::Cell<MvccMemo> = const {
+        std::cell::Cell::new(MvccMemo { key: MvccKey { snapshot: 0, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0, xid: 0 }, visible: false })
+    };
+}
+
 /// Whether the creator of version `h` is visible to `reader`.
 ///
 /// # Safety
@@ -87,14 +142,17 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
     use pg_sys::SnapshotType::*;
     match (*snapshot).snapshot_type {
         SNAPSHOT_MVCC => {
+            let key = MvccMemo::key(snapshot, xid);
+            if let Some(visible) = MVCC_MEMO.with(|m| m.get().answer(key)) {
+                return visible;
+            }
             if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
                 // Rows inserted by this command or later are not seen by it.
                 return h.cid < (*snapshot).curcid;
             }
-            if pg_sys::XidInMVCCSnapshot(xid, snapshot) {
-                return false;
-            }
-            pg_sys::TransactionIdDidCommit(xid)
+            let visible = !pg_sys::XidInMVCCSnapshot(xid, snapshot) && pg_sys::TransactionIdDidCommit(xid);
+            MVCC_MEMO.with(|m| m.set(MvccMemo { key, visible }));
+            visible
         }
         SNAPSHOT_SELF => {
             if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
