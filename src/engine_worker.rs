@@ -220,6 +220,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
                 std::thread::Builder::new()
                     .name(format!("pasv-serve-{t}"))
                     .spawn(move || {
+                        pasv_am::server::prepare_service_thread();
                         server::serve(chan, &stop, t, |req, resp| pasv_am::server::handle(&engine, req, resp))
                     })
                     .expect("spawn pasv service thread")

@@ -451,6 +451,24 @@ impl RowCache {
         set.lock.store(version + 2, Ordering::SeqCst);
     }
 
+    /// A new row's only version (`key`, `value`), written by a bulk insert:
+    /// cached only where its set has free ways, never evicting an answer
+    /// (a load fills an idle cache and leaves a busy one's rows alone, as
+    /// heap's bulk-write ring keeps a COPY from evicting shared_buffers).
+    /// A new row has no answer to invalidate (fills never cache a row
+    /// without versions), so nothing else is done.
+    pub fn write_new_if_room(&self, cf: CfRef, rowid: u64, key: &[u8], value: &[u8]) {
+        let (index, tag) = self.place(cf, rowid);
+        let set = self.set(index);
+        let version = lock(set);
+        let generation = self.header().generation.load(Ordering::SeqCst);
+        let mut answer = [0u8; MAX_ANSWER];
+        if let Some(len) = encode(&[(key, value)], &mut answer) {
+            self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, false);
+        }
+        set.lock.store(version + 2, Ordering::SeqCst);
+    }
+
     /// The way whose valid answer is row `rowid` (tagged `tag`) of `cf` in
     /// `generation`.
     fn find(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u32) -> Option<usize> {
@@ -483,12 +501,23 @@ impl RowCache {
     /// Caller holds the set lock.
     #[allow(clippy::too_many_arguments)]
     fn store(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u64, answer: &[u8], complete: bool) {
+        self.store_in(set, cf, rowid, tag, generation, answer, complete, true);
+    }
+
+    /// As `store`, but only into free ways when `evict` is false (then
+    /// nothing is stored if no run is free).
+    #[allow(clippy::too_many_arguments)]
+    fn store_in(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u64, answer: &[u8], complete: bool, evict: bool) {
         let ways = answer.len().div_ceil(WAY_BYTES).max(1);
         if answer.len() > MAX_ANSWER {
             return;
         }
+        let free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+        if free.is_none() && !evict {
+            return;
+        }
         // A free run first; else the FIFO hand's run (wrapping to way 0).
-        let start = free_run(set.occupied.load(Ordering::Relaxed), ways).unwrap_or_else(|| {
+        let start = free.unwrap_or_else(|| {
             let hand = set.hand.load(Ordering::Relaxed) as usize;
             let start = if hand + ways > WAYS { 0 } else { hand };
             set.hand.store(((start + ways) % WAYS) as u64, Ordering::Relaxed);
