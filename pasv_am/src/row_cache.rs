@@ -462,10 +462,12 @@ impl RowCache {
         let set = self.set(index);
         let version = lock(set);
         let generation = self.header().generation.load(Ordering::SeqCst);
-        let mut answer = [0u8; MAX_ANSWER];
-        if let Some(len) = encode(&[(key, value)], &mut answer) {
-            self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, false);
-        }
+        SCRATCH.with(|scratch| {
+            let (_, answer) = &mut *scratch.borrow_mut();
+            if let Some(len) = encode(&[(key, value)], &mut answer[..]) {
+                self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, false);
+            }
+        });
         set.lock.store(version + 2, Ordering::SeqCst);
     }
 
@@ -504,16 +506,16 @@ impl RowCache {
         self.store_in(set, cf, rowid, tag, generation, answer, complete, true);
     }
 
-    /// As `store`, but only into free ways when `evict` is false (then
+    /// As `store`, but only into free ways when `may_evict` is false (then
     /// nothing is stored if no run is free).
     #[allow(clippy::too_many_arguments)]
-    fn store_in(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u64, answer: &[u8], complete: bool, evict: bool) {
+    fn store_in(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u64, answer: &[u8], complete: bool, may_evict: bool) {
         let ways = answer.len().div_ceil(WAY_BYTES).max(1);
         if answer.len() > MAX_ANSWER {
             return;
         }
         let free = free_run(set.occupied.load(Ordering::Relaxed), ways);
-        if free.is_none() && !evict {
+        if free.is_none() && !may_evict {
             return;
         }
         // A free run first; else the FIFO hand's run (wrapping to way 0).
@@ -556,7 +558,9 @@ impl RowCache {
 }
 
 thread_local! {
-    /// `write`'s buffers: the cached answer and the merged one.
+    /// `write`'s and `write_new_if_room`'s buffers, per engine thread and not
+    /// zeroed per call (every row of a bulk insert comes through one of
+    /// them): the cached answer and the new one.
     static SCRATCH: std::cell::RefCell<(Box<[u8; MAX_ANSWER]>, Box<[u8; MAX_ANSWER]>)> =
         std::cell::RefCell::new((Box::new([0; MAX_ANSWER]), Box::new([0; MAX_ANSWER])));
 }

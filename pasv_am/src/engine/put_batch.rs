@@ -80,6 +80,10 @@ impl Engine {
     }
 }
 
+/// Entries of a batch above which it is a bulk write, whose new rows are
+/// cached only into free ways (`update_cache`).
+const BULK_ENTRIES: usize = 32;
+
 /// Brings the cached answers of the rows `batch` wrote up to date. A row
 /// is cached anew only when the batch is a live logged write (`lsn` > 0, so
 /// not replay, which re-applies old versions) that puts its version 0 and
@@ -91,12 +95,9 @@ impl Engine {
 /// the rows OLTP reads out of the cache; caching none left a freshly
 /// loaded table cold (pgbench's select-only after `pgbench -i`: 0.93
 /// misses a query, a quarter of the warm speed).
-/// Entries of a batch above which its new rows are not cached.
-const BULK_ENTRIES: usize = 32;
-
 fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: EntryBatch<'_>) {
-    let bulk = batch.len() > BULK_ENTRIES;
     use crate::row_cache::RowOp;
+    let bulk = batch.len() > BULK_ENTRIES;
     let mut ops: Vec<(u64, u32, RowOp<'_>)> = batch
         .iter()
         .filter_map(|(key, value)| {
