@@ -31,6 +31,20 @@ CREATE TABLE ios_h (id int PRIMARY KEY, pad text) USING heap;
 CREATE TABLE ios_p (id int PRIMARY KEY, pad text) USING pasv;
 INSERT INTO ios_h SELECT g, repeat('x', 300) FROM generate_series(1, 20000) g;
 INSERT INTO ios_p SELECT g, repeat('x', 300) FROM generate_series(1, 20000) g;
+-- Rows are all-visible only once no snapshot older than their insert runs
+-- (pasv's replay worker reads catalogs in short transactions of its own):
+-- wait (bounded) for that before VACUUM.
+DO $$
+DECLARE
+  horizon bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+BEGIN
+  FOR i IN 1..2000 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN NOT EXISTS (SELECT FROM pg_stat_activity
+                           WHERE pid <> pg_backend_pid() AND backend_xmin::text::bigint < horizon);
+    PERFORM pg_sleep(0.005);
+  END LOOP;
+END $$;
 VACUUM ANALYZE ios_h;
 VACUUM ANALYZE ios_p;
 SELECT relname, relallvisible > 0 AS pg_class_all_visible FROM pg_class WHERE relname IN ('ios_h', 'ios_p') ORDER BY relname;

@@ -5,11 +5,15 @@
 //! collected here and sent as one `PutBatch` when the buffer fills, before
 //! any other engine call by this backend (so every read this backend makes
 //! sees its own writes), when the transaction id changes, at pre-commit and
-//! at `finish_bulk_insert`. Tables with indexes are written through at once
-//! (posted: see `put_batch_raw`): another backend's unique check may fetch
-//! the row by TID through the index at any moment, and its fence
-//! (`ipc::client::fence_others`) waits only for requests already posted, not
-//! for rows still buffered in this backend.
+//! at `finish_bulk_insert`. Tables with indexes too: another backend's
+//! unique check may fetch a row by TID through its index entry at any
+//! moment, so the buffer's new rows are published in shared memory
+//! (`ipc::buffered_rows`) before their index entries exist, and the check
+//! reports their creator as an inserter in progress, as heap's dirty
+//! snapshot does (`tam/fetch.rs`). Rows the check must read (a table with
+//! an exclusion constraint: a lossy index rechecks the row's values) are
+//! written through at once (posted: see `put_batch_raw`; the checker's
+//! fence, `ipc::client::fence_others`, waits for posted requests).
 //!
 //! Owed logs (DESIGN §4: a write is logged under the xid whose fate decides
 //! it). Buffered rows of a (sub)transaction may be sent by the first engine
@@ -29,6 +33,7 @@
 //! `crate::flushflag`: that module calls this one, and only that way round.
 
 use crate::error::CallError;
+use crate::ipc::buffered_rows;
 use crate::ipc::client::{self, ChannelError};
 use pasv_am::protocol::{self, BatchBuilder, CfRef, LockMode, Note, PersistenceRow, Request, Response};
 use std::cell::RefCell;
@@ -54,6 +59,7 @@ impl Pending {
         self.target = None;
         self.batch.clear();
         self.rows.clear();
+        buffered_rows::withdraw();
     }
 }
 
@@ -723,13 +729,23 @@ fn make_room(cf: CfRef, logged: bool, xid: u32, bytes: usize) -> Result<(), Call
 /// `logged` as for [`put_batch_now`]; `tablespace` the table's (0: the
 /// database's default), noted for logical decoding.
 pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+    let rowid = pasv_am::keys::decode_row_key(key).map(|(rowid, _)| rowid);
     make_room(cf, logged, xid, entry_cost(key, value))?;
+    if let Some(rowid) = rowid {
+        // Published before the row's index entries exist (buffered_rows).
+        if !buffered_rows::cover(cf, xid, rowid) {
+            flush_pending()?;
+            make_room(cf, logged, xid, entry_cost(key, value))?;
+            let covered = buffered_rows::cover(cf, xid, rowid);
+            debug_assert!(covered, "an empty buffer covers any row");
+        }
+    }
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.batch.is_empty() && p.batch.notes().is_empty() && tablespace != 0 {
             p.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
         }
-        if let Some((rowid, _)) = pasv_am::keys::decode_row_key(key) {
+        if let Some(rowid) = rowid {
             p.rows.insert(rowid);
         }
         p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
@@ -777,6 +793,8 @@ pub fn flush_pending() -> Result<(), CallError> {
         (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level, p.logged)
     });
     let result = if batch.len() > 0 { put_batch_raw(cf, logged, &batch, owner) } else { Ok(()) };
+    // After the post (or the failure that dooms the rows): see buffered_rows.
+    buffered_rows::withdraw();
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         if p.target.is_none() {

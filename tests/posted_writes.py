@@ -1,21 +1,33 @@
 #!/usr/bin/env python3
-"""Posted writes (src/ipc/HOT_PATH.md) seen by other sessions and by their own.
+"""Buffered and posted writes (src/ipc/HOT_PATH.md) seen by other sessions
+and by their own.
 
-A write to a pasv table is posted: the backend goes on before the engine has
+A new row of a pasv table stays in its backend's write-behind buffer until
+the backend's next engine request or commit, with its index entries already
+inserted; it is then posted: the backend goes on before the engine has
 applied it. `pasv.test_delay_next_write(us)` makes the engine hold the next
-write for `us` microseconds, so the window in which a row is logged, its index
-entry inserted, and the row itself not yet in the engine becomes wide enough
-to test deterministically:
+write for `us` microseconds, so the window in which a row is logged, its
+index entry inserted, and the row itself not yet in the engine becomes wide
+enough to test deterministically. Each race runs twice: with the writer's
+row still buffered (another session learns of it from the buffer's
+publication, `ipc/buffered_rows.rs`), and posted but held in the engine (the
+writer's insert into a second table sends it; the other session fences):
 
 1. read-your-writes: a session reads its own delayed row at once;
-2. a unique check in another session that meets the delayed row's index
-   entry must wait for the writer (fence, then an in-progress insert) and
-   fail with unique_violation once the writer commits, never insert a
-   duplicate;
+2. a unique check in another session that meets the row's index entry must
+   wait for the writer and fail with unique_violation once the writer
+   commits, never insert a duplicate;
 3. the same with the writer rolling back: the other insert succeeds;
 4. INSERT ... ON CONFLICT DO NOTHING in another session does nothing;
 5. a DELETE's posted tombstone: another session's insert of the deleted key
-   waits for the deleter and succeeds after its commit.
+   waits for the deleter and succeeds after its commit;
+6. an exclusion constraint on circles (a lossy GiST index: the check
+   re-reads the existing row's values): an overlapping insert waits and
+   fails with exclusion_violation (the writer's own check sends its row,
+   so this is the posted path whatever the table's write policy);
+7. an expression index whose expression fails on NULL: ON CONFLICT in
+   another session evaluates it on the existing row, which must be the
+   real row (tables with such indexes write new rows through).
 
 Usage: posted_writes.py --host H --port P   (exit 0 iff every check held)
 """
@@ -50,6 +62,15 @@ def main():
     setup.execute("CREATE EXTENSION IF NOT EXISTS pasv")
     setup.execute("DROP TABLE IF EXISTS pw")
     setup.execute("CREATE TABLE pw (k int PRIMARY KEY, v text) USING pasv")
+    setup.execute("DROP TABLE IF EXISTS pw_side, pwx, pwe")
+    setup.execute("CREATE TABLE pw_side (k int) USING pasv")
+    setup.execute("CREATE TABLE pwx (c circle, EXCLUDE USING gist (c WITH &&)) USING pasv")
+    setup.execute(
+        "CREATE OR REPLACE FUNCTION pw_not_null(int) RETURNS int IMMUTABLE CALLED ON NULL INPUT LANGUAGE plpgsql"
+        " AS $$ BEGIN IF $1 IS NULL THEN RAISE EXCEPTION 'pw_not_null(NULL)'; END IF; RETURN $1; END $$"
+    )
+    setup.execute("CREATE TABLE pwe (k int) USING pasv")
+    setup.execute("CREATE UNIQUE INDEX pwe_k ON pwe (pw_not_null(k))")
 
     def other_insert(sql, outcome):
         """Run `sql` in a new session; record ('ok'|'unique'|error text, seconds)."""
@@ -60,16 +81,21 @@ def main():
                 outcome.append(("ok", time.monotonic() - t0))
             except errors.UniqueViolation:
                 outcome.append(("unique", time.monotonic() - t0))
+            except errors.ExclusionViolation:
+                outcome.append(("exclusion", time.monotonic() - t0))
             except Exception as e:  # noqa: BLE001 - reported as a failure
                 outcome.append((repr(e), time.monotonic() - t0))
 
-    def race(key, finish, other_sql):
-        """Writer inserts `key` with its write held back, another session
-        runs `other_sql`; the writer then ends with `finish`."""
+    def race(key, finish, other_sql, posted, insert="INSERT INTO pw VALUES (%s, 'writer')"):
+        """Writer inserts `key` with its write held back (`posted`: sent,
+        else still buffered), another session runs `other_sql`; the writer
+        then ends with `finish`."""
         writer = connect()
         writer.execute("BEGIN")
         writer.execute("SELECT pasv.test_delay_next_write(400000)")
-        writer.execute("INSERT INTO pw VALUES (%s, 'writer')", (key,))
+        writer.execute(insert, (key,))
+        if posted:
+            writer.execute("INSERT INTO pw_side VALUES (1)")
         outcome = []
         t = threading.Thread(target=other_insert, args=(other_sql, outcome))
         t.start()
@@ -89,19 +115,34 @@ def main():
         check(row == ("mine",), "a session reads its own posted row at once")
         c.execute("COMMIT")
 
-    # 2. unique check against a posted insert, writer commits
-    waiting, (res, _) = race(10, "COMMIT", "INSERT INTO pw VALUES (10, 'other')")
-    check(waiting, "another session's unique check waits for the writer of a posted row")
-    check(res == "unique", f"... and fails with unique_violation after the writer commits (got {res})")
+    for posted, base in ((False, 10), (True, 20)):
+        kind = "posted" if posted else "buffered"
+        # 2. unique check against the insert, writer commits
+        waiting, (res, _) = race(base, "COMMIT", f"INSERT INTO pw VALUES ({base}, 'other')", posted)
+        check(waiting, f"another session's unique check waits for the writer of a {kind} row")
+        check(res == "unique", f"... and fails with unique_violation after the writer commits (got {res})")
 
-    # 3. writer rolls back
-    waiting, (res, _) = race(11, "ROLLBACK", "INSERT INTO pw VALUES (11, 'other')")
-    check(waiting, "a unique check waits for the writer that will roll back")
-    check(res == "ok", f"... and inserts after the rollback (got {res})")
+        # 3. writer rolls back
+        waiting, (res, _) = race(base + 1, "ROLLBACK", f"INSERT INTO pw VALUES ({base + 1}, 'other')", posted)
+        check(waiting, f"a unique check waits for the writer of a {kind} row that will roll back")
+        check(res == "ok", f"... and inserts after the rollback (got {res})")
 
-    # 4. ON CONFLICT DO NOTHING
-    waiting, (res, _) = race(12, "COMMIT", "INSERT INTO pw VALUES (12, 'other') ON CONFLICT DO NOTHING")
-    check(res == "ok", f"ON CONFLICT DO NOTHING against a posted row completes (got {res})")
+        # 4. ON CONFLICT DO NOTHING
+        waiting, (res, _) = race(base + 2, "COMMIT", f"INSERT INTO pw VALUES ({base + 2}, 'other') ON CONFLICT DO NOTHING", posted)
+        check(waiting, f"ON CONFLICT DO NOTHING waits for the writer of a {kind} row")
+        check(res == "ok", f"... and completes (got {res})")
+
+    # 6. exclusion constraint
+    waiting, (res, _) = race(1, "COMMIT", "INSERT INTO pwx VALUES ('<(3,0),5>')", False,
+                             insert="INSERT INTO pwx VALUES (circle(point(%s, 0), 5))")
+    check(waiting, "an overlapping insert waits for the writer of a row under an exclusion constraint")
+    check(res == "exclusion", f"... and fails with exclusion_violation after the writer commits (got {res})")
+
+    # 7. expression index evaluated on the existing row
+    waiting, (res, _) = race(5, "COMMIT", "INSERT INTO pwe VALUES (5) ON CONFLICT DO NOTHING", False,
+                             insert="INSERT INTO pwe VALUES (%s)")
+    check(waiting, "ON CONFLICT through an expression index waits for the writer")
+    check(res == "ok", f"... and completes without evaluating the expression on a row it cannot see (got {res})")
 
     # 5. posted tombstone
     with connect() as deleter:
@@ -118,10 +159,16 @@ def main():
         check(outcome and outcome[0][0] == "ok", f"... and succeeds after the delete commits (got {outcome})")
 
     rows = setup.execute("SELECT k, v FROM pw ORDER BY k").fetchall()
-    check(rows == [(1, "again"), (10, "writer"), (11, "other"), (12, "writer")], f"final rows {rows}")
+    expected = [(1, "again")] + [(b + i, w) for b in (10, 20) for i, w in enumerate(("writer", "other", "writer"))]
+    check(rows == expected, f"final rows {rows}")
     dup = setup.execute("SELECT count(*) FROM (SELECT k FROM pw GROUP BY k HAVING count(*) > 1) d").fetchone()[0]
     check(dup == 0, "no duplicate keys")
-    setup.execute("DROP TABLE pw")
+    n = setup.execute("SELECT count(*) FROM pwx").fetchone()[0]
+    check(n == 1, f"one circle under the exclusion constraint (got {n})")
+    n = setup.execute("SELECT count(*) FROM pwe").fetchone()[0]
+    check(n == 1, f"one row under the expression index (got {n})")
+    setup.execute("DROP TABLE pw, pw_side, pwx, pwe")
+    setup.execute("DROP FUNCTION pw_not_null(int)")
     setup.close()
     print(f"{'FAILED' if FAILURES else 'passed'}: {len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0

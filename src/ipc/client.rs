@@ -91,7 +91,7 @@ pub fn channel() -> Option<Channel> {
     Some(unsafe { Channel::from_raw(base, layout) })
 }
 
-fn my_slot(chan: &Channel) -> Result<usize, ChannelError> {
+pub(super) fn my_slot(chan: &Channel) -> Result<usize, ChannelError> {
     // SAFETY: MyProc is set for every process attached to shared memory
     // (backends and background workers) before any of our code can run.
     let procno = unsafe {

@@ -52,6 +52,7 @@
 //!   `engine_client::scan_ahead`. Its answer is taken in place, or
 //!   discarded when the next read-ahead is submitted.
 
+pub mod buffered_rows;
 pub mod client;
 pub mod futex;
 pub mod server;
@@ -205,6 +206,9 @@ pub struct SlotHeader {
     /// 1 when the request in the slot was posted (nobody waits for its
     /// answer): the requests a fence waits for.
     pub posted: AtomicU32,
+    /// New rows the owning backend holds unsent (main slots only; see
+    /// `buffered_rows`).
+    pub buffered: buffered_rows::BufferedRows,
     /// What the processes that owned this slot asked of the engine. Written
     /// only by the owning backend (Relaxed: counters, read for diagnostics).
     pub stats: SlotStats,

@@ -154,6 +154,11 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     }
     f.ahead_snapshot = std::ptr::null_mut();
     f.stream.set_range(rowid, rowid + 1);
+    // Before the fence: a row withdrawn from another backend's buffer after
+    // this look was posted before it (`ipc::buffered_rows`).
+    if let Some(inserter) = buffered_inserter(f.stream.cf, rowid, snapshot) {
+        return hand_out_in_progress(f, rowid, inserter, snapshot, slot);
+    }
     // A unique check (SnapshotDirty) must see what other writers posted
     // before the index entry that led here, or before they returned (a
     // tombstone under their row lock), even if the engine has not applied it
@@ -194,13 +199,72 @@ unsafe fn note_buffered_writer(cf: pasv_am::protocol::CfRef, rowid: u64, snapsho
     }
 }
 
+/// For a dirty snapshot (a unique check): the creator of row `rowid` if
+/// another backend still holds the new row in its buffer and the creator is
+/// in progress. Its index entry led here, so the row exists; heap's dirty
+/// snapshot reports such an inserter in `xmin` whatever else it knows.
+unsafe fn buffered_inserter(cf: pasv_am::protocol::CfRef, rowid: u64, snapshot: pg_sys::Snapshot) -> Option<pg_sys::TransactionId> {
+    if snapshot.is_null() || (*snapshot).snapshot_type != pg_sys::SnapshotType::SNAPSHOT_DIRTY {
+        return None;
+    }
+    let xid = pg_sys::TransactionId::from(crate::ipc::buffered_rows::buffered_creator(cf, rowid)?);
+    // An aborted creator's rows are dead (its buffer went with it); a
+    // committed one sent them before its commit: the engine answers.
+    pg_sys::TransactionIdIsInProgress(xid).then_some(xid)
+}
+
+/// Answer a dirty fetch of a row buffered by `inserter`: found, with the
+/// inserter in `xmin` for the caller to wait on. The slot holds the row's
+/// TID and no values (none leave the other backend); callers that form
+/// index values from it are kept away by `tam/modify.rs::writes_through`.
+unsafe fn hand_out_in_progress(
+    f: &PasvIndexFetch,
+    rowid: u64,
+    inserter: pg_sys::TransactionId,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    (*snapshot).xmin = inserter;
+    (*snapshot).xmax = pg_sys::InvalidTransactionId;
+    (*snapshot).speculativeToken = 0;
+    pg_sys::ExecStoreAllNullTuple(slot);
+    super::tid_from_rowid(rowid, &mut (*slot).tts_tid);
+    (*slot).tts_tableOid = (*f.base.rel).rd_id;
+    true
+}
+
 /// A fetch found no visible version: tell the index (`all_dead`) when the
-/// row is dead to every snapshot, so it can mark the entry dead (the stream
-/// marks only rows it saw decided by such a delete, or all aborted).
+/// row is dead to every snapshot, so it can mark the entry dead: the
+/// stream saw it decided by such a delete, or every version's creator
+/// aborted, or it has no version and never will.
 unsafe fn report_dead(f: &PasvIndexFetch, rowid: u64, all_dead: *mut bool) {
     if !all_dead.is_null() {
-        *all_dead = f.stream.known_dead(rowid);
+        *all_dead = f.stream.known_dead(rowid)
+            || f.stream.no_versions(rowid) && never_written_for_good(fetch_stream(f.base.rel), rowid);
     }
+}
+
+/// Whether row `rowid`, found with no version at all, will never have one:
+/// no other backend holds it in its buffer, and after the fence (every
+/// write posted before is applied) the engine still has none. Its index
+/// entry exists, so the row was published before it and withdrawn only
+/// once posted (`ipc::buffered_rows`): its creator discarded it, aborting
+/// (or crashing) before sending it. Heap's entries of an aborted insert
+/// are dead too. `stream` is a single-row stream of the row's table.
+unsafe fn never_written_for_good(stream: &mut RowStream, rowid: u64) -> bool {
+    if crate::ipc::buffered_rows::buffered_creator(stream.cf, rowid).is_some() {
+        return false;
+    }
+    if crate::ipc::client::fence_others().is_err() {
+        return false;
+    }
+    let ssi_rel = std::mem::replace(&mut stream.ssi_rel, std::ptr::null_mut());
+    let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
+    dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+    stream.set_range(rowid, rowid + 1);
+    let none = stream.next_row(Reader::Snapshot(&mut dirty), "checking an index entry").is_none() && stream.no_versions(rowid);
+    stream.ssi_rel = ssi_rel;
+    none
 }
 
 /// Store a copy of `row` in `slot` (and take its SSI predicate lock).
@@ -331,7 +395,8 @@ pub unsafe extern "C-unwind" fn index_delete_tuples(
         }
         stream.set_range(rowid, rowid + 1);
         let visible = stream.next_row(Reader::Snapshot(&mut dirty), "checking index entries for deletion").is_some();
-        status.knowndeletable = !visible && stream.known_dead(rowid);
+        status.knowndeletable =
+            !visible && (stream.known_dead(rowid) || stream.no_versions(rowid) && never_written_for_good(stream, rowid));
     }
     stream.dead_test = std::ptr::null_mut();
     pg_sys::InvalidTransactionId

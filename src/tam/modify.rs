@@ -87,13 +87,67 @@ pub(super) unsafe fn check_row_size(rel: pg_sys::Relation, tuple_len: usize) {
     }
 }
 
-/// Rows of tables with indexes are sent at once (see engine_client).
-unsafe fn flush_if_indexed(rel: pg_sys::Relation) {
-    if (*(*rel).rd_rel).relhasindex {
+/// Send the new row at once if another backend's constraint check may need
+/// its values (see [`writes_through`]).
+unsafe fn flush_if_checked_by_value(rel: pg_sys::Relation) {
+    if writes_through(rel) {
         if let Err(e) = engine_client::flush_pending() {
             e.raise(&format!("inserting into {}", rel_name(rel)));
         }
     }
+}
+
+/// `rd_amcache` of a pasv table: whether its new rows are written through.
+const WRITE_THROUGH: u8 = 1;
+const BUFFERED: u8 = 2;
+
+/// Whether new rows of `rel` must reach the engine before their index
+/// entries exist. A buffered row is invisible to other backends: one that
+/// reaches it through an index entry learns only its creator
+/// (`tam/fetch.rs`, `ipc::buffered_rows`), which is all a btree unique
+/// check needs. An exclusion constraint's check (and ON CONFLICT's, through
+/// an expression index) forms index values from the row first, so tables
+/// with either are written through. Cached in the relcache entry, which an
+/// index's creation or drop rebuilds.
+unsafe fn writes_through(rel: pg_sys::Relation) -> bool {
+    if !(*(*rel).rd_rel).relhasindex {
+        return false;
+    }
+    let cached = (*rel).rd_amcache as *const u8;
+    if !cached.is_null() {
+        return *cached == WRITE_THROUGH;
+    }
+    let answer = indexes_check_by_value(rel);
+    let cell = pg_sys::MemoryContextAlloc(pg_sys::CacheMemoryContext, 1) as *mut u8;
+    *cell = if answer { WRITE_THROUGH } else { BUFFERED };
+    (*rel).rd_amcache = cell.cast();
+    answer
+}
+
+/// Whether some index of `rel` backs an exclusion constraint or has
+/// expressions.
+unsafe fn indexes_check_by_value(rel: pg_sys::Relation) -> bool {
+    let indexes = pg_sys::RelationGetIndexList(rel);
+    let mut by_value = false;
+    for i in 0..if indexes.is_null() { 0 } else { (*indexes).length } {
+        let oid = (*(*indexes).elements.add(i as usize)).oid_value;
+        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::INDEXRELID as i32, pg_sys::Datum::from(oid));
+        if tuple.is_null() {
+            // Dropped under us: the conservative answer.
+            by_value = true;
+            break;
+        }
+        let header = (*tuple).t_data;
+        let index = (header as *const u8).add(usize::from((*header).t_hoff)) as *const pg_sys::FormData_pg_index;
+        let expressions = !pg_sys::heap_attisnull(tuple, pg_sys::Anum_pg_index_indexprs as i32, std::ptr::null_mut());
+        by_value |= (*index).indisexclusion || expressions;
+        pg_sys::ReleaseSysCache(tuple);
+        if by_value {
+            break;
+        }
+    }
+    pg_sys::list_free(indexes);
+    by_value
 }
 
 #[pgrx::pg_guard]
@@ -105,7 +159,7 @@ pub unsafe extern "C-unwind" fn tuple_insert(
     _bistate: *mut pg_sys::BulkInsertStateData,
 ) {
     insert_slot(rel, slot, cid);
-    flush_if_indexed(rel);
+    flush_if_checked_by_value(rel);
     pg_sys::pgstat_count_heap_insert(rel, 1);
 }
 
@@ -121,7 +175,7 @@ pub unsafe extern "C-unwind" fn multi_insert(
     for i in 0..nslots.max(0) as usize {
         insert_slot(rel, *slots.add(i), cid);
     }
-    flush_if_indexed(rel);
+    flush_if_checked_by_value(rel);
     pg_sys::pgstat_count_heap_insert(rel, i64::from(nslots));
 }
 

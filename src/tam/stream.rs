@@ -66,6 +66,9 @@ pub struct RowStream {
     /// over the first 64 rowids from `dead_base`.
     dead_base: u64,
     dead_bits: u64,
+    /// Rows of the current range with at least one version read, as bits
+    /// over the same 64 rowids.
+    seen_bits: u64,
     /// Every version of the current row seen so far has a creator that
     /// aborted (or crashed).
     newer_aborted: bool,
@@ -180,6 +183,7 @@ impl RowStream {
             dead_test: std::ptr::null_mut(),
             dead_base: 0,
             dead_bits: 0,
+            seen_bits: 0,
             newer_aborted: false,
             mvcc: false,
             wide: true,
@@ -227,6 +231,7 @@ impl RowStream {
         self.rewound = false;
         self.dead_base = lo;
         self.dead_bits = 0;
+        self.seen_bits = 0;
         self.wide = hi > lo.saturating_add(1);
         self.window = false;
         self.batches = 0;
@@ -255,6 +260,14 @@ impl RowStream {
     /// writer's posted request may not have been applied yet.
     pub fn known_dead(&self, rowid: u64) -> bool {
         rowid >= self.dead_base && rowid - self.dead_base < 64 && self.dead_bits & (1 << (rowid - self.dead_base)) != 0
+    }
+
+    /// Whether `rowid`, in the first 64 rowids of the range the stream was
+    /// last set to and already passed by it, had no version at all. Not
+    /// enough to call it dead: its writer may hold it in its buffer, or
+    /// have posted it unapplied (`tam/fetch.rs::never_written_for_good`).
+    pub fn no_versions(&self, rowid: u64) -> bool {
+        rowid >= self.dead_base && rowid - self.dead_base < 64 && self.seen_bits & (1 << (rowid - self.dead_base)) == 0
     }
 
     fn mark_dead(&mut self, rowid: u64) {
@@ -440,6 +453,9 @@ impl RowStream {
                 self.close_undecided();
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
+                if e.rowid >= self.dead_base && e.rowid - self.dead_base < 64 {
+                    self.seen_bits |= 1 << (e.rowid - self.dead_base);
+                }
                 self.newer_aborted = true;
                 self.pending_delete = pg_sys::InvalidTransactionId;
                 self.recently_dead = false;

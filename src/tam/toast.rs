@@ -66,6 +66,13 @@ unsafe fn has_external(tuple: pg_sys::HeapTuple) -> bool {
 pub unsafe fn prepare(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, old: pg_sys::HeapTuple) -> pg_sys::HeapTuple {
     let old_external = !old.is_null() && has_external(old);
     if has_external(tuple) || old_external || (*tuple).t_len as usize > INLINE_LIMIT {
+        // The toaster may WAL-log chunks for this row. Logical decoding
+        // reassembles them for the next pasv change it decodes and forgets
+        // them after it, so that change must be this row's: buffered rows
+        // go first, in a message of their own.
+        if let Err(e) = crate::engine_client::flush_pending() {
+            e.raise(&format!("storing large values of {}", super::rel_name(rel)));
+        }
         pg_sys::ffi::pg_guard_ffi_boundary(|| heap_toast_insert_or_update(rel, tuple, old, 0))
     } else {
         tuple
