@@ -151,7 +151,10 @@ struct Set {
     /// insert spent half of the engine's time there). Writers only, under
     /// the set lock, kept with the heads by `store` and `invalidate`.
     occupied: AtomicU64,
-    _pad: [AtomicU64; 5],
+    /// The generation whose stale answers were last swept from this set
+    /// (see `store_in`). Writers only, under the set lock.
+    swept: AtomicU64,
+    _pad: [AtomicU64; 4],
     /// Per way, the tag ([`tag_of`]) of the row whose answer starts there, 0
     /// when none does: a lookup reads these two lines and then only the
     /// heads whose tag matches, not all of them (32 lines; a lookup was
@@ -485,6 +488,16 @@ impl RowCache {
         })
     }
 
+    /// Marks every answer of a generation other than `generation` gone.
+    /// Caller holds the set lock.
+    fn sweep_stale(&self, set: &Set, generation: u32) {
+        for way in ways_in(ways_in_use(set)) {
+            if unpack_meta(set.heads[way].meta.load(Ordering::Relaxed)).generation != generation {
+                self.invalidate(set, way);
+            }
+        }
+    }
+
     /// Marks the answer starting at `way` gone. Caller holds the set lock.
     fn invalidate(&self, set: &Set, way: usize) {
         let head = &set.heads[way];
@@ -514,7 +527,17 @@ impl RowCache {
         if answer.len() > MAX_ANSWER {
             return;
         }
-        let free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+        let mut free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+        if free.is_none() && set.swept.load(Ordering::Relaxed) != generation {
+            // Answers of older generations (before a CF was created or
+            // dropped: every DDL) are never returned again, but they held
+            // their ways until evicted, and a bulk batch, which only takes
+            // free ways, found no room after any DDL. Swept once per
+            // generation per set, when the set first looks full.
+            self.sweep_stale(set, generation as u32);
+            set.swept.store(generation, Ordering::Relaxed);
+            free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+        }
         if free.is_none() && !may_evict {
             return;
         }

@@ -168,6 +168,16 @@ mod tests {
         };
         let entries: Vec<_> = batch.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         assert_eq!(entries, vec![(row_key(0, 1).to_vec(), value(0, 9)), (row_key(0, 0).to_vec(), value(0, 8))]);
+        // After a DDL (a new generation) the full set's answers are stale:
+        // a bulk batch's new rows take their ways.
+        cache.new_generation();
+        let later = 1000..1001 + BULK_ENTRIES as u64; // a bulk batch: more than BULK_ENTRIES
+        let mut bulk = BatchBuilder::new();
+        for rowid in later.clone() {
+            bulk.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
+        }
+        update_cache(&cache, T, 3, bulk.as_batch());
+        assert!(later.clone().all(cached), "stale answers give their ways to a bulk batch's new rows");
         drop(mem);
     }
 
