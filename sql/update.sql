@@ -127,5 +127,18 @@ SET enable_seqscan = off;
 SELECT count(*), sum(balance) FROM acct WHERE id > 0;
 RESET enable_seqscan;
 
+-- A FOR UPDATE cursor over rows this transaction updates after the cursor
+-- opened skips them, as on heap (no "attempted to lock invisible tuple"),
+-- and still returns a row it did not touch.
+CREATE TABLE cur (a int) USING pasv;
+INSERT INTO cur VALUES (1), (5);
+BEGIN;
+DECLARE c1 NO SCROLL CURSOR FOR SELECT * FROM cur FOR UPDATE;
+UPDATE cur SET a = 2 WHERE a = 1;
+FETCH ALL FROM c1;
+COMMIT;
+SELECT a FROM cur ORDER BY a;
+DROP TABLE cur;
+
 DROP TABLE child, acct, twice, audit;
 DROP FUNCTION audit_acct();

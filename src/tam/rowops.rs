@@ -758,7 +758,11 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         let head = &chain.versions[h];
         if head.creator == Creator::Current && head.header.cid >= cid {
             fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
-            if head.header.is_tombstone() {
+            // Deleted, or updated after the caller's snapshot saw an older
+            // version (a FOR UPDATE cursor over a row this transaction then
+            // updated): heap finds that version's xmax to be a later
+            // command of its own and skips the row.
+            if head.header.is_tombstone() || chain.visible(Reader::Snapshot(snapshot)).is_some_and(|v| v != h) {
                 return TM_SelfModified;
             }
             // Inserted by this very command (e.g. the same key twice in one
