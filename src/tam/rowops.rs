@@ -758,11 +758,16 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         let head = &chain.versions[h];
         if head.creator == Creator::Current && head.header.cid >= cid {
             fill_tmfd(tmfd, rowid, head.header.xid, head.header.cid);
-            // Deleted, or updated after the caller's snapshot saw an older
+            // Deleted, or updated after a row-locking scan saw an older
             // version (a FOR UPDATE cursor over a row this transaction then
-            // updated): heap finds that version's xmax to be a later
-            // command of its own and skips the row.
-            if head.header.is_tombstone() || chain.visible(Reader::Snapshot(snapshot)).is_some_and(|v| v != h) {
+            // updated): heap locks the version the scan returned, finds its
+            // xmax to be a later command of its own and skips the row.
+            // ON CONFLICT locks the newest version its dirty index lookup
+            // found (no LOCK_UPDATE_IN_PROGRESS flag), which this command
+            // created: heap's TM_Invisible, below.
+            let scan_saw_older = u32::from(flags) & pg_sys::TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS != 0
+                && chain.visible(Reader::Snapshot(snapshot)).is_some_and(|v| v != h);
+            if head.header.is_tombstone() || scan_saw_older {
                 return TM_SelfModified;
             }
             // Inserted by this very command (e.g. the same key twice in one
