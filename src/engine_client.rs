@@ -416,7 +416,7 @@ pub fn scan_into(
     per_row: u32,
     dest: &mut [u8],
 ) -> Result<ScanCopied, CallError> {
-    flush_pending()?;
+    send_pending_for_range(cf, start, end)?;
     crate::replay::wait_for_recovery();
     check_posted()?;
     let req = Request::Scan { cf, start, end, max_entries, per_row };
@@ -515,6 +515,34 @@ fn send_pending_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
         p.target.is_some_and(|(t, _)| t == cf) && p.rows.contains(&rowid)
     });
     if buffered {
+        flush_pending()
+    } else {
+        settle_owed();
+        Ok(())
+    }
+}
+
+/// Before a read of `[start, end)` in `cf`: send the buffered rows if they
+/// may change what it returns (one of its rows is buffered, or the range is
+/// wide or not of rows), else only settle owed logs. A DELETE or UPDATE
+/// whose rows miss the row cache reads each row's chain here: sending the
+/// buffer every time made one post per row (100 000 of 1 M rows deleted:
+/// 89 867 posts).
+fn send_pending_for_range(cf: CfRef, start: &[u8], end: &[u8]) -> Result<(), CallError> {
+    /// Widest range whose rows are looked up one by one.
+    const FEW_ROWS: u64 = 64;
+    let affected = PENDING.with(|p| {
+        let p = p.borrow();
+        if p.target.is_none_or(|(t, _)| t != cf) {
+            return false;
+        }
+        match (pasv_am::keys::decode_row_key(start), pasv_am::keys::decode_row_key(end)) {
+            // Inclusive of `hi`: an end key may fall inside a row's versions.
+            (Some((lo, _)), Some((hi, _))) if hi >= lo && hi - lo <= FEW_ROWS => (lo..=hi).any(|r| p.rows.contains(&r)),
+            _ => true,
+        }
+    });
+    if affected {
         flush_pending()
     } else {
         settle_owed();
@@ -676,7 +704,8 @@ pub struct LockOutcome {
 /// transaction known to have ended whose holdings on this row are stale.
 /// `read` > 0 asks for the row's `read` newest versions with the lock.
 pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u8) -> Result<LockOutcome, CallError> {
-    call(&Request::LockRow { cf, rowid, xid, mode, evict, read }, |r| match r {
+    send_pending_row(cf, rowid)?;
+    raw_call(&Request::LockRow { cf, rowid, xid, mode, evict, read }, |r| match r {
         Response::Lock { granted, already_held, holder, more, versions } => Ok(LockOutcome {
             granted,
             already_held,
