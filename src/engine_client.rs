@@ -510,39 +510,33 @@ pub fn cached_versions(cf: CfRef, rowid: u64, max: u8) -> Result<Option<(Vec<(Ve
 /// buffered changes of other rows may stay). Owed logs are settled as
 /// before every engine call.
 fn send_pending_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
-    let buffered = PENDING.with(|p| {
-        let p = p.borrow();
-        p.target.is_some_and(|(t, _)| t == cf) && p.rows.contains(&rowid)
-    });
-    if buffered {
-        flush_pending()
-    } else {
-        settle_owed();
-        Ok(())
-    }
+    send_pending_if_touching(cf, Some(rowid..=rowid))
 }
 
-/// Before a read of `[start, end)` in `cf`: send the buffered rows if they
-/// may change what it returns (one of its rows is buffered, or the range is
-/// wide or not of rows), else only settle owed logs. A DELETE or UPDATE
-/// whose rows miss the row cache reads each row's chain here: sending the
-/// buffer every time made one post per row (100 000 of 1 M rows deleted:
-/// 89 867 posts).
+/// Before a read of `[start, end)` in `cf`: the same, for the rows of the
+/// range (all of the CF's when the range is wide or not of rows). A DELETE
+/// or UPDATE whose rows miss the row cache reads each row's chain here:
+/// sending the buffer every time made one post per row (100 000 of 1 M rows
+/// deleted: 89 867 posts).
 fn send_pending_for_range(cf: CfRef, start: &[u8], end: &[u8]) -> Result<(), CallError> {
     /// Widest range whose rows are looked up one by one.
     const FEW_ROWS: u64 = 64;
-    let affected = PENDING.with(|p| {
+    let rows = match (pasv_am::keys::decode_row_key(start), pasv_am::keys::decode_row_key(end)) {
+        // Inclusive of `hi`: an end key may fall inside a row's versions.
+        (Some((lo, _)), Some((hi, _))) if hi >= lo && hi - lo <= FEW_ROWS => Some(lo..=hi),
+        _ => None,
+    };
+    send_pending_if_touching(cf, rows)
+}
+
+/// Send the buffered rows if they are `cf`'s and change one of `rows`
+/// (`None`: any row of `cf`), else only settle owed logs.
+fn send_pending_if_touching(cf: CfRef, rows: Option<std::ops::RangeInclusive<u64>>) -> Result<(), CallError> {
+    let touching = PENDING.with(|p| {
         let p = p.borrow();
-        if p.target.is_none_or(|(t, _)| t != cf) {
-            return false;
-        }
-        match (pasv_am::keys::decode_row_key(start), pasv_am::keys::decode_row_key(end)) {
-            // Inclusive of `hi`: an end key may fall inside a row's versions.
-            (Some((lo, _)), Some((hi, _))) if hi >= lo && hi - lo <= FEW_ROWS => (lo..=hi).any(|r| p.rows.contains(&r)),
-            _ => true,
-        }
+        p.target.is_some_and(|(t, _)| t == cf) && rows.is_none_or(|mut rows| rows.any(|r| p.rows.contains(&r)))
     });
-    if affected {
+    if touching {
         flush_pending()
     } else {
         settle_owed();

@@ -259,7 +259,7 @@ impl RowStream {
     /// snapshot. A row with no versions at all is never reported: its
     /// writer's posted request may not have been applied yet.
     pub fn known_dead(&self, rowid: u64) -> bool {
-        rowid >= self.dead_base && rowid - self.dead_base < 64 && self.dead_bits & (1 << (rowid - self.dead_base)) != 0
+        self.range_bit(rowid).is_some_and(|bit| self.dead_bits & bit != 0)
     }
 
     /// Whether `rowid`, in the first 64 rowids of the range the stream was
@@ -267,12 +267,19 @@ impl RowStream {
     /// enough to call it dead: its writer may hold it in its buffer, or
     /// have posted it unapplied (`tam/fetch.rs::never_written_for_good`).
     pub fn no_versions(&self, rowid: u64) -> bool {
-        rowid >= self.dead_base && rowid - self.dead_base < 64 && self.seen_bits & (1 << (rowid - self.dead_base)) == 0
+        self.range_bit(rowid).is_some_and(|bit| self.seen_bits & bit == 0)
+    }
+
+    /// `rowid`'s bit in `dead_bits` and `seen_bits`, if it is one of the
+    /// first 64 rowids of the range.
+    fn range_bit(&self, rowid: u64) -> Option<u64> {
+        let offset = rowid.checked_sub(self.dead_base)?;
+        (offset < 64).then(|| 1 << offset)
     }
 
     fn mark_dead(&mut self, rowid: u64) {
-        if rowid >= self.dead_base && rowid - self.dead_base < 64 {
-            self.dead_bits |= 1 << (rowid - self.dead_base);
+        if let Some(bit) = self.range_bit(rowid) {
+            self.dead_bits |= bit;
         }
     }
 
@@ -453,8 +460,8 @@ impl RowStream {
                 self.close_undecided();
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
-                if e.rowid >= self.dead_base && e.rowid - self.dead_base < 64 {
-                    self.seen_bits |= 1 << (e.rowid - self.dead_base);
+                if let Some(bit) = self.range_bit(e.rowid) {
+                    self.seen_bits |= bit;
                 }
                 self.newer_aborted = true;
                 self.pending_delete = pg_sys::InvalidTransactionId;
