@@ -40,26 +40,71 @@ use std::cell::RefCell;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
 
-/// Rows of one transaction id for one CF, not yet sent.
-struct Pending {
-    target: Option<(CfRef, u32)>,
-    /// The target table's changes are logged (not unlogged or temporary).
+/// Tables whose rows the buffer holds at once. A transaction that writes
+/// several tables row by row (TPC-C-like: an order's lines and the stock
+/// rows they update) sent the buffer at every switch of table, a post per
+/// row, each waiting for the one before.
+const MAX_TABLES: usize = 8;
+
+/// Rows of one table in the buffer.
+struct TableRows {
+    cf: CfRef,
+    /// The table's changes are logged (not unlogged or temporary).
     logged: bool,
-    /// Transaction nest level of the rows' creator (see "Owed logs").
-    level: i32,
     batch: BatchBuilder,
     /// The rowids the buffered rows change: a read of another row from the
     /// row cache need not send them first.
     rows: FxHashSet<u64>,
 }
 
+/// Rows of one transaction id, of up to [`MAX_TABLES`] tables, not yet
+/// sent. Sent together: one `PutBatch`, or one `PutBatches` of a part per
+/// table.
+struct Pending {
+    /// The (sub)transaction id that made the rows (`None`: empty).
+    xid: Option<u32>,
+    /// Transaction nest level of the rows' creator (see "Owed logs").
+    level: i32,
+    tables: Vec<TableRows>,
+    /// The table the last row joined (a note goes with its rows).
+    current: usize,
+    /// Emptied tables' allocations, for reuse.
+    spare: Vec<TableRows>,
+}
+
 impl Pending {
     /// Forget the buffered rows (sent, or dead with their transaction).
     fn clear(&mut self) {
-        self.target = None;
-        self.batch.clear();
-        self.rows.clear();
+        self.xid = None;
+        while let Some(t) = self.tables.pop() {
+            self.recycle(t);
+        }
         buffered_rows::withdraw();
+    }
+
+    fn recycle(&mut self, mut t: TableRows) {
+        t.batch.clear();
+        t.rows.clear();
+        self.spare.push(t);
+    }
+
+    /// Bytes of the request that would carry the buffer (0: empty).
+    fn request_len(&self) -> usize {
+        match self.tables.as_slice() {
+            [] => 0,
+            [one] => one.batch.encoded_len(),
+            many => {
+                protocol::REQUEST_HEADER_LEN
+                    + many.iter().map(|t| protocol::PART_PREFIX_LEN + t.batch.encoded_len()).sum::<usize>()
+            }
+        }
+    }
+
+    /// Whether buffered rows of `cf` change one of `rows` (`None`: any).
+    fn touches(&self, cf: CfRef, rows: Option<std::ops::RangeInclusive<u64>>) -> bool {
+        self.tables
+            .iter()
+            .any(|t| t.cf == cf && rows.clone().is_none_or(|mut rows| rows.any(|r| t.rows.contains(&r))))
     }
 }
 
@@ -89,9 +134,40 @@ thread_local! {
     // found out). Cleared at top-level abort.
     static POISON: RefCell<Option<(protocol::ErrorCode, String)>> = const { RefCell::new(None) };
     // Backends are single-threaded: thread-local is process-local here.
-    static PENDING: RefCell<Pending> = RefCell::new(Pending { target: None, logged: true, level: 0, batch: BatchBuilder::new(), rows: FxHashSet::default() });
+    static PENDING: RefCell<Pending> = const { RefCell::new(Pending { xid: None, level: 0, tables: Vec::new(), current: 0, spare: Vec::new() }) };
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
     static ROWIDS: RefCell<FxHashMap<(u32, u32), RowidRange>> = RefCell::new(FxHashMap::default());
+    // The rows the last checked post (a `PutBatch` or `PutBatches`)
+    // changes, while its answer is not taken: see `check_posted_for_row`.
+    static IN_FLIGHT: RefCell<Vec<PostedRows>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The rows a posted `PutBatch` changes: rowids `lo..=hi` of `cf` (all of
+/// its rows when a key is not a row key).
+#[derive(Clone, Copy)]
+struct PostedRows {
+    cf: CfRef,
+    lo: u64,
+    hi: u64,
+}
+
+impl PostedRows {
+    fn of(cf: CfRef, batch: &BatchBuilder) -> PostedRows {
+        let mut rows = PostedRows { cf, lo: u64::MAX, hi: 0 };
+        for (key, _) in &batch.as_batch() {
+            let (lo, hi) = match pasv_am::keys::decode_row_key(key) {
+                Some((rowid, _)) => (rowid, rowid),
+                None => (0, u64::MAX),
+            };
+            rows.lo = rows.lo.min(lo);
+            rows.hi = rows.hi.max(hi);
+        }
+        rows
+    }
+
+    fn touch(&self, cf: CfRef, rowid: u64) -> bool {
+        self.cf == cf && (self.lo..=self.hi).contains(&rowid)
+    }
 }
 
 fn key(cf: CfRef) -> (u32, u32) {
@@ -103,6 +179,7 @@ fn key(cf: CfRef) -> (u32, u32) {
 /// transaction, failed. Runs before every request this module sends, so no
 /// posted answer is overwritten unread.
 fn check_posted() -> Result<(), CallError> {
+    IN_FLIGHT.with(|f| f.borrow_mut().clear());
     if let Some(answer) = client::take_posted_answer()? {
         match protocol::decode_response(&answer) {
             Ok(Response::Ok) => {}
@@ -117,6 +194,27 @@ fn check_posted() -> Result<(), CallError> {
         Some((code, message)) => Err(CallError::Engine { code: *code, message: message.clone() }),
         None => Ok(()),
     })
+}
+
+/// Before a read of row `rowid` of `cf` from the row cache, which the
+/// engine writes through as it applies each write: wait for this backend's
+/// posted write only if it changes that row (the answer must hold this
+/// backend's own writes). A read of another row goes on while the engine
+/// applies the write (TPC-C-like, perf: the wait was 6 % of all CPU, most
+/// of it reads of other rows); the answer is taken by the next request.
+/// A failure already known still fails the read, as `check_posted` does.
+fn check_posted_for_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
+    let elsewhere = IN_FLIGHT.with(|f| {
+        let posted = f.borrow();
+        !posted.is_empty() && !posted.iter().any(|rows| rows.touch(cf, rowid))
+    });
+    if elsewhere {
+        return POISON.with(|p| match &*p.borrow() {
+            Some((code, message)) => Err(CallError::Engine { code: *code, message: message.clone() }),
+            None => Ok(()),
+        });
+    }
+    check_posted()
 }
 
 /// Everything this backend sent has been applied (or the transaction fails
@@ -479,7 +577,7 @@ pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanC
     let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
     send_pending_row(cf, rowid)?;
     crate::replay::wait_for_recovery();
-    check_posted()?;
+    check_posted_for_row(cf, rowid)?;
     let found = cache.lookup(cf, rowid, dest);
     cache.note(found.is_some());
     Ok(found.map(|len| ScanCopied { len }))
@@ -495,7 +593,7 @@ pub fn cached_versions(cf: CfRef, rowid: u64, max: u8) -> Result<Option<(Vec<(Ve
     let Some(cache) = crate::shmem::row_cache() else { return Ok(None) };
     send_pending_row(cf, rowid)?;
     crate::replay::wait_for_recovery();
-    check_posted()?;
+    check_posted_for_row(cf, rowid)?;
     let mut versions = Vec::with_capacity(usize::from(max));
     let more = cache.versions(cf, rowid, usize::from(max), |key, value| {
         versions.push((key.to_vec(), value.to_vec()));
@@ -532,10 +630,7 @@ fn send_pending_for_range(cf: CfRef, start: &[u8], end: &[u8]) -> Result<(), Cal
 /// Send the buffered rows if they are `cf`'s and change one of `rows`
 /// (`None`: any row of `cf`), else only settle owed logs.
 fn send_pending_if_touching(cf: CfRef, rows: Option<std::ops::RangeInclusive<u64>>) -> Result<(), CallError> {
-    let touching = PENDING.with(|p| {
-        let p = p.borrow();
-        p.target.is_some_and(|(t, _)| t == cf) && rows.is_none_or(|mut rows| rows.any(|r| p.rows.contains(&r)))
-    });
+    let touching = PENDING.with(|p| p.borrow().touches(cf, rows));
     if touching {
         flush_pending()
     } else {
@@ -573,33 +668,62 @@ fn log_message(cf: CfRef, request: &[u8], notes: &[u8]) -> u64 {
 fn put_batch_raw(cf: CfRef, logged: bool, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
     check_posted()?;
-    client::post_checked(
-        |out| {
-            let available = out.len();
-            let len = protocol::encode_put_batch(cf, batch, out)
-                .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
-            // WAL first (DESIGN §4): the exact request, logged with LSN 0,
-            // before the engine sees it; then the real LSN goes in, so the
-            // engine keeps the memtable from disk until that WAL is.
-            if !logged {
-                // Not logged, not flagged: nothing to record.
-            } else if crate::guc::durability().logs_messages() {
-                let logged_at = nest_level();
-                if owner < logged_at {
-                    let message = [&out[..len], batch.notes()].concat();
-                    OWED.with(|o| o.borrow_mut().push(Owed { message, cf, owner, logged_at }));
-                }
-                let lsn = log_message(cf, &out[..len], batch.notes());
-                crate::wal::xid_logged_before_engine_wal(lsn);
-                crate::crash_point::reach(crate::crash_point::Point::AfterLogBeforeWrite);
-                out[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
-            } else {
-                crate::written_tables::note_write(cf, 0);
-            }
-            Ok(len)
-        },
-    )?;
+    client::post_checked(|out| {
+        let available = out.len();
+        let len = protocol::encode_put_batch(cf, batch, out)
+            .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
+        log_before_write(cf, logged, &mut out[..len], batch.notes(), owner);
+        Ok(len)
+    })?;
+    IN_FLIGHT.with(|f| f.borrow_mut().push(PostedRows::of(cf, batch)));
     Ok(())
+}
+
+/// As [`put_batch_raw`], for several tables' rows in one request: each
+/// table's `PutBatch` is logged and written as if sent alone, one post
+/// carries them all (`pasv_am::protocol::BatchParts`).
+fn put_batches_raw(tables: &[TableRows], owner: i32) -> Result<(), CallError> {
+    crate::replay::wait_for_recovery();
+    check_posted()?;
+    client::post_checked(|out| {
+        let available = out.len();
+        let too_large = |needed: usize| ChannelError::RequestTooLarge { needed, available };
+        protocol::write_put_batches_header(out, tables.len() as u32).map_err(|_| too_large(available + 1))?;
+        let mut at = protocol::REQUEST_HEADER_LEN;
+        for t in tables {
+            let part_at = at + protocol::PART_PREFIX_LEN;
+            let part = out.get_mut(part_at..).ok_or(too_large(part_at))?;
+            let len = protocol::encode_put_batch(t.cf, &t.batch, part).map_err(|_| too_large(part_at + t.batch.encoded_len()))?;
+            log_before_write(t.cf, t.logged, &mut part[..len], t.batch.notes(), owner);
+            protocol::write_part_prefix(&mut out[at..], len).map_err(|_| too_large(part_at + len))?;
+            at = part_at + len;
+        }
+        Ok(at)
+    })?;
+    IN_FLIGHT.with(|f| f.borrow_mut().extend(tables.iter().map(|t| PostedRows::of(t.cf, &t.batch))));
+    Ok(())
+}
+
+/// WAL first (DESIGN §4): `request`, a `PutBatch` of rows of `cf` created
+/// at nest level `owner`, is logged exactly as encoded, with LSN 0, before
+/// the engine sees it; then the record's end goes into its LSN field, so
+/// the engine keeps the memtable from disk until that WAL is.
+fn log_before_write(cf: CfRef, logged: bool, request: &mut [u8], notes: &[u8], owner: i32) {
+    if !logged {
+        // Not logged, not flagged: nothing to record.
+    } else if crate::guc::durability().logs_messages() {
+        let logged_at = nest_level();
+        if owner < logged_at {
+            let message = [&*request, notes].concat();
+            OWED.with(|o| o.borrow_mut().push(Owed { message, cf, owner, logged_at }));
+        }
+        let lsn = log_message(cf, request, notes);
+        crate::wal::xid_logged_before_engine_wal(lsn);
+        crate::crash_point::reach(crate::crash_point::Point::AfterLogBeforeWrite);
+        request[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&lsn.to_le_bytes());
+    } else {
+        crate::written_tables::note_write(cf, 0);
+    }
 }
 
 /// Log again the owed messages whose log was discarded with an aborted
@@ -650,7 +774,7 @@ pub fn subxact_committed(level: i32) {
 pub fn subxact_aborted(level: i32) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        if p.target.is_some() && p.level >= level {
+        if p.xid.is_some() && p.level >= level {
             p.clear();
         }
     });
@@ -672,6 +796,7 @@ pub fn owed_clear() {
 /// abort: what they wrote is dead).
 pub fn discard_pending() {
     client::forget_posted_answer();
+    IN_FLIGHT.with(|f| f.borrow_mut().clear());
     POISON.with(|p| p.borrow_mut().take());
     PENDING.with(|p| p.borrow_mut().clear());
 }
@@ -731,30 +856,67 @@ pub fn batch_capacity() -> usize {
 }
 
 /// Make the buffer take `bytes` more for transaction `xid` in `cf`: send
-/// what it holds first if that is another table's or (sub)transaction's, or
-/// if it would overflow a request; then it is this one's.
+/// what it holds first if that is another (sub)transaction's, if it holds
+/// [`MAX_TABLES`] other tables, or if it would overflow a request; then
+/// `cf`'s rows are the current table's.
 fn make_room(cf: CfRef, logged: bool, xid: u32, bytes: usize) -> Result<(), CallError> {
-    let same_target = PENDING.with(|p| p.borrow().target == Some((cf, xid)));
-    let full = PENDING.with(|p| p.borrow().batch.encoded_len() + bytes > batch_capacity());
-    if !same_target || full {
+    let must_send = PENDING.with(|p| {
+        let p = p.borrow();
+        let has_table = p.tables.iter().any(|t| t.cf == cf);
+        // A new table adds a part (and a second one turns the request into
+        // `PutBatches`, with a header and a prefix for the first).
+        let grows = if has_table {
+            bytes
+        } else {
+            bytes + BatchBuilder::new().encoded_len() + protocol::REQUEST_HEADER_LEN + 2 * protocol::PART_PREFIX_LEN
+        };
+        p.xid.is_some_and(|x| x != xid)
+            || (!has_table && p.tables.len() == MAX_TABLES)
+            || p.request_len() + grows > batch_capacity()
+    });
+    if must_send {
         flush_pending()?;
     }
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        p.target = Some((cf, xid));
-        p.logged = logged;
+        p.xid = Some(xid);
         p.level = nest_level();
+        p.current = match p.tables.iter().position(|t| t.cf == cf) {
+            Some(i) => i,
+            None => {
+                let mut t = p.spare.pop().unwrap_or_else(|| TableRows {
+                    cf,
+                    logged,
+                    batch: BatchBuilder::new(),
+                    rows: FxHashSet::default(),
+                });
+                t.cf = cf;
+                t.logged = logged;
+                p.tables.push(t);
+                p.tables.len() - 1
+            }
+        };
     });
     Ok(())
 }
 
+/// The table rows join now (after [`make_room`]).
+fn current_table(p: &mut Pending) -> Result<&mut TableRows, CallError> {
+    let i = p.current;
+    p.tables.get_mut(i).ok_or(CallError::Unexpected("write-behind buffer without a current table"))
+}
+
 /// Buffer one new row of transaction `xid` for `cf` (write-behind);
 /// `logged` as for [`put_batch_now`]; `tablespace` the table's (0: the
-/// database's default), noted for logical decoding.
-pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8], value: &[u8]) -> Result<(), CallError> {
+/// database's default), noted for logical decoding. `indexed`: the table
+/// has indexes, so another backend may reach the row through an entry
+/// before it is sent, and it is published (`buffered_rows`); a table
+/// without any cannot gain one while this transaction writes it (CREATE
+/// INDEX waits for it, CONCURRENTLY too, before it builds).
+pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, indexed: bool, key: &[u8], value: &[u8]) -> Result<(), CallError> {
     let rowid = pasv_am::keys::decode_row_key(key).map(|(rowid, _)| rowid);
     make_room(cf, logged, xid, entry_cost(key, value))?;
-    if let Some(rowid) = rowid {
+    if let Some(rowid) = rowid.filter(|_| indexed) {
         // Published before the row's index entries exist (buffered_rows).
         if !buffered_rows::cover(cf, xid, rowid) {
             flush_pending()?;
@@ -765,13 +927,14 @@ pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, key: &[u8]
     }
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        if p.batch.is_empty() && p.batch.notes().is_empty() && tablespace != 0 {
-            p.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
+        let t = current_table(&mut p)?;
+        if t.batch.is_empty() && t.batch.notes().is_empty() && tablespace != 0 {
+            t.batch.note(Note::Tablespace(tablespace)).map_err(|e| CallError::Protocol(e.to_string()))?;
         }
         if let Some(rowid) = rowid {
-            p.rows.insert(rowid);
+            t.rows.insert(rowid);
         }
-        p.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
+        t.batch.push(key, value).map_err(|e| CallError::Protocol(e.to_string()))
     })
 }
 
@@ -786,17 +949,21 @@ pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rowid: u64, batch: &Batch
     make_room(cf, logged, xid, batch.as_batch().encoded_len())?;
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        p.rows.insert(rowid);
-        p.batch.append(batch).map_err(|e| CallError::Protocol(e.to_string()))
+        let t = current_table(&mut p)?;
+        t.rows.insert(rowid);
+        t.batch.append(batch).map_err(|e| CallError::Protocol(e.to_string()))
     })?;
     Ok(true)
 }
 
-/// Add a logical note to the buffered rows (sent with them).
+/// Add a logical note to the rows last buffered (sent with them).
 pub fn note_pending(note: Note<'_>) {
     PENDING.with(|p| {
-        // Only a note longer than a channel buffer could fail; these are not.
-        let _ = p.borrow_mut().batch.note(note);
+        let mut p = p.borrow_mut();
+        if let Ok(t) = current_table(&mut p) {
+            // Only a note longer than a channel buffer could fail; these are not.
+            let _ = t.batch.note(note);
+        }
     });
 }
 
@@ -804,26 +971,27 @@ pub fn note_pending(note: Note<'_>) {
 /// backend's every engine call).
 pub fn flush_pending() -> Result<(), CallError> {
     settle_owed();
-    let Some((cf, _)) = PENDING.with(|p| p.borrow().target) else {
+    // Take the rows out first: a failed send must not be retried with
+    // stale rows at the next call (the statement fails and aborts).
+    let Some((mut tables, owner)) = PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.xid.take()?;
+        Some((std::mem::take(&mut p.tables), p.level))
+    }) else {
         return Ok(());
     };
-    // Take the batch out first: a failed send must not be retried with
-    // stale rows at the next call (the statement fails and aborts).
-    let (batch, owner, logged) = PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        p.target = None;
-        p.rows.clear();
-        (std::mem::replace(&mut p.batch, BatchBuilder::new()), p.level, p.logged)
-    });
-    let result = if batch.len() > 0 { put_batch_raw(cf, logged, &batch, owner) } else { Ok(()) };
+    tables.retain(|t| !t.batch.is_empty());
+    let result = match tables.as_slice() {
+        [] => Ok(()),
+        [one] => put_batch_raw(one.cf, one.logged, &one.batch, owner),
+        many => put_batches_raw(many, owner),
+    };
     // After the post (or the failure that dooms the rows): see buffered_rows.
     buffered_rows::withdraw();
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        if p.target.is_none() {
-            let mut batch = batch;
-            batch.clear();
-            p.batch = batch; // keep the allocation
+        for t in tables {
+            p.recycle(t);
         }
     });
     result
@@ -835,8 +1003,22 @@ pub fn flush_pending() -> Result<(), CallError> {
 fn discard_pending_for(cf: CfRef) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        if p.target.map(|t| t.0) == Some(cf) {
-            p.clear();
+        if p.tables.iter().any(|t| t.cf == cf) {
+            // Only this table's rows leave. Its rows' publication, if it
+            // was theirs, stays until the next send withdraws it (the
+            // caller's request sends the rest): a reader meanwhile waits
+            // for this transaction, as for any insert in progress.
+            let mut kept = std::mem::take(&mut p.tables);
+            if let Some(i) = kept.iter().position(|t| t.cf == cf) {
+                let gone = kept.remove(i);
+                p.recycle(gone);
+            }
+            if kept.is_empty() {
+                p.clear();
+            } else {
+                p.tables = kept;
+                p.current = 0;
+            }
         }
     });
     OWED.with(|o| o.borrow_mut().retain(|x| x.cf != cf));

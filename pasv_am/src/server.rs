@@ -96,6 +96,14 @@ fn execute(
             engine.put_batch_at(cf, lsn, batch)?;
             Response::Ok
         }
+        Request::PutBatches { parts } => {
+            // Each part as the `PutBatch` it would have been alone.
+            for part in parts.iter() {
+                let (cf, lsn, batch) = part?;
+                engine.put_batch_at(cf, lsn, batch)?;
+            }
+            Response::Ok
+        }
         Request::Committed { db, xid, commit_lsn, first_lsn, last_lsn, rels, release_locks } => {
             // Locks first: they are released whatever happens to the flags.
             if release_locks {

@@ -191,7 +191,7 @@ fn serve_slot(
     // protocol); `len` is clamped to the buffer size.
     request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
     let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
-    if request.first() == Some(&pasv_am::protocol::PUT_BATCH_OP) {
+    if request.first().is_some_and(|&op| pasv_am::protocol::is_write_op(op)) {
         let delay = header.test_write_delay_us.swap(0, Ordering::Relaxed);
         if delay > 0 {
             std::thread::sleep(Duration::from_micros(u64::from(delay)));

@@ -40,7 +40,8 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         let mut v = v.borrow_mut();
         stored_value(tuple, rowid, full_xid, cid, &mut v);
         let tablespace = crate::logical::notes::tablespace_of(rel);
-        engine_client::buffer_put(cf, super::logs_changes(rel), tablespace, full_xid as u32, &keys::row_key(rowid, 0), &v)
+        let indexed = (*(*rel).rd_rel).relhasindex;
+        engine_client::buffer_put(cf, super::logs_changes(rel), tablespace, full_xid as u32, indexed, &keys::row_key(rowid, 0), &v)
     });
     // The slot keeps the untoasted tuple; it learns the TID like heap's does.
     (*slot_tuple).t_self = (*tuple).t_self;

@@ -69,6 +69,8 @@ pub enum ProtocolError {
     VersionsWithoutLock,
     #[error("unknown table kind {0} (0: logged, 1: unlogged)")]
     UnknownTableKind(u32),
+    #[error("part {0} of a PutBatches request is not a PutBatch")]
+    NotPutBatch(usize),
 }
 
 impl ProtocolError {

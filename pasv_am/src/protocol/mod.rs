@@ -41,14 +41,14 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=20 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=21 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
-//! | 12..16 | arg (u32): `count` of `AllocRowids` and `PutBatch`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, the target rel of `CopyCf`, the target database of `CopyDatabase`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
+//! | 12..16 | arg (u32): `count` of `AllocRowids`, `PutBatch` and `PutBatches`, `max_entries` of `Scan`, `xid` of `LockRow` and `ReleaseLocks` (never 0), the number of rels of `Committed`, the target rel of `CopyCf`, the target database of `CopyDatabase`, 1 for the `CreateCf` of an unlogged table (else 0), else zero |
 //!
 //! then, for `CreateCf`, `TruncateCf` and `CopyDatabase`, created_lsn u64; the bodies of
-//! `PutBatch`, `Scan`, `LockRow` and `Committed` are described in their
+//! `PutBatch`, `PutBatches`, `Scan`, `LockRow` and `Committed` are described in their
 //! families' files.
 //!
 //! Response header, [`RESPONSE_HEADER_LEN`] = 8 bytes:
@@ -77,6 +77,7 @@ mod locks;
 mod logical_notes;
 mod persistence;
 mod put_batch;
+mod put_batches;
 mod scan;
 #[cfg(test)]
 mod test_support;
@@ -91,6 +92,7 @@ pub use persistence::{
     decode_persistence, encode_committed, CommitNotice, encode_persistence, PersistenceRow, RelList, PERSISTENCE_LEN,
 };
 pub use put_batch::{encode_put_batch, put_batch_len, BatchBuilder, PUT_BATCH_LSN_AT};
+pub use put_batches::{write_part_prefix, write_put_batches_header, BatchParts, PART_PREFIX_LEN};
 pub use scan::ScanWriter;
 
 use locks::LOCK_ROW_BODY_LEN;
@@ -130,10 +132,14 @@ mod op {
     pub const COPY_CF: u8 = 18;
     pub const COPY_DATABASE: u8 = 19;
     pub const TRIM_SIZE: u8 = 20;
+    pub const PUT_BATCHES: u8 = 21;
 }
 
-/// The op byte of a `PutBatch` request (the channel's test hook delays these).
-pub const PUT_BATCH_OP: u8 = op::PUT_BATCH;
+/// Whether a request with op byte `op` writes rows (`PutBatch` or
+/// `PutBatches`: the channel's test hook delays these).
+pub fn is_write_op(op: u8) -> bool {
+    op == op::PUT_BATCH || op == op::PUT_BATCHES
+}
 
 /// The name of request op `op` (diagnostics: per-kind channel counters).
 pub fn op_name(op: u8) -> Option<&'static str> {
@@ -158,6 +164,7 @@ pub fn op_name(op: u8) -> Option<&'static str> {
         op::COPY_CF => "copy_cf",
         op::COPY_DATABASE => "copy_database",
         op::TRIM_SIZE => "trim_size",
+        op::PUT_BATCHES => "put_batches",
         _ => return None,
     })
 }
@@ -312,6 +319,11 @@ pub enum Request<'a> {
     /// VACUUM's truncation: the table's size end becomes one past its
     /// highest row present; answered by [`Response::CfInfo`] (after it).
     TrimSize(CfRef),
+    /// Several tables' `PutBatch` requests in one, applied in order, each
+    /// as a `PutBatch` of its own (`put_batches.rs`).
+    PutBatches {
+        parts: BatchParts<'a>,
+    },
 }
 
 /// The engine's answer.
@@ -366,6 +378,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::TruncateCf { cf, .. } => (op::TRUNCATE_CF, cf, 0),
         Request::AllocRowids { cf, count } => (op::ALLOC_ROWIDS, cf, count),
         Request::PutBatch { cf, batch, .. } => (op::PUT_BATCH, cf, batch.count),
+        Request::PutBatches { parts } => (op::PUT_BATCHES, zero, parts.count),
         Request::Scan {
             cf, max_entries, ..
         } => (op::SCAN, cf, max_entries),
@@ -391,6 +404,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     }
     let needed = match *request {
         Request::PutBatch { batch, .. } => put_batch::request_len(batch),
+        Request::PutBatches { parts } => put_batches::request_len(parts),
         Request::CreateCf { .. } | Request::TruncateCf { .. } | Request::CopyDatabase { .. } => {
             REQUEST_HEADER_LEN + LSN_LEN
         }
@@ -408,6 +422,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
     let body = &mut out[REQUEST_HEADER_LEN..];
     match *request {
         Request::PutBatch { lsn, batch, .. } => put_batch::write_body(body, lsn, batch),
+        Request::PutBatches { parts } => body.copy_from_slice(parts.bytes),
         Request::CreateCf { created_lsn, .. }
         | Request::TruncateCf { created_lsn, .. }
         | Request::CopyDatabase { created_lsn, .. } => {
@@ -442,7 +457,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::COMMITTED => (true, false, true),
         op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF | op::TRIM_SIZE => (true, true, false),
         op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE | op::COPY_CF => (true, true, true),
-        op::RELEASE_LOCKS => (false, false, true),
+        op::RELEASE_LOCKS | op::PUT_BATCHES => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
     };
     for (used, range) in [(uses_db, 4..8), (uses_rel, 8..12), (uses_arg, 12..16)] {
@@ -470,6 +485,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::TRUNCATE_CF => Request::TruncateCf { cf, created_lsn: read_u64(body, 0, REQUEST_HEADER_LEN)? },
         op::ALLOC_ROWIDS => Request::AllocRowids { cf, count: arg },
         op::PUT_BATCH => put_batch::decode(cf, arg, body)?,
+        op::PUT_BATCHES => put_batches::decode(arg, body)?,
         op::COMMITTED => persistence::decode_committed(buf, body, db, arg)?,
         op::PERSISTENCE => Request::Persistence { db, after: CfRef { db: arg, rel } },
         op::FLUSH_CF => Request::FlushCf(cf),
