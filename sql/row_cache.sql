@@ -163,3 +163,37 @@ DROP TABLE rc_x, rc_xh, rc_gen, rc_scans1;
 DROP TABLE rc_p, rc_h, rc_t, rc_hits0, rc_w, rc_hits1, rc_scans0;
 DROP FUNCTION rc_steps(float8, int);
 DROP FUNCTION rc_diff();
+
+-- DELETE's re-fetch of the row it deleted (RETURNING; AFTER ROW DELETE
+-- triggers, foreign keys' among them) is answered from the chain the
+-- delete read, not from the engine (before: one round trip a row), and
+-- returns what heap returns, also when a savepoint undid an earlier delete.
+CREATE TABLE rc_dp (id int PRIMARY KEY, v text) USING pasv;
+INSERT INTO rc_dp SELECT g, 'v' || g FROM generate_series(1, 60) g;
+SELECT count((SELECT v FROM rc_dp WHERE id = g)) AS rows_cached FROM generate_series(1, 60) g;
+CREATE TABLE rc_scans2 USING heap AS SELECT calls FROM pasv.channel_stats('backend') WHERE request = 'scan';
+WITH d AS (DELETE FROM rc_dp WHERE id BETWEEN 11 AND 30 RETURNING id, v)
+SELECT count(*), string_agg(v, ',' ORDER BY id) FROM d;
+SELECT calls - (SELECT calls FROM rc_scans2) < 10 AS few_round_trips FROM pasv.channel_stats('backend') WHERE request = 'scan';
+BEGIN;
+SAVEPOINT s;
+DELETE FROM rc_dp WHERE id = 5 RETURNING id, v;
+ROLLBACK TO s;
+UPDATE rc_dp SET v = 'changed' WHERE id = 5;
+DELETE FROM rc_dp WHERE id = 5 RETURNING id, v;
+COMMIT;
+DELETE FROM rc_dp WHERE id > 55 RETURNING *;
+-- A cascading foreign key: the referencing rows go with their parents.
+CREATE TABLE rc_fp (id int PRIMARY KEY) USING pasv;
+CREATE TABLE rc_fc (id int PRIMARY KEY, p int REFERENCES rc_fp ON DELETE CASCADE) USING pasv;
+CREATE TABLE rc_fa (id int, p int) USING heap;
+CREATE FUNCTION rc_fc_gone() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN INSERT INTO rc_fa VALUES (OLD.id, OLD.p); RETURN NULL; END $$;
+CREATE TRIGGER rc_fc_gone AFTER DELETE ON rc_fc FOR EACH ROW EXECUTE FUNCTION rc_fc_gone();
+INSERT INTO rc_fp SELECT g FROM generate_series(1, 10) g;
+INSERT INTO rc_fc SELECT g, (g - 1) % 10 + 1 FROM generate_series(1, 30) g;
+DELETE FROM rc_fp WHERE id IN (2, 3) RETURNING id;
+SELECT count(*) AS children_left, count(*) FILTER (WHERE p IN (2, 3)) AS of_deleted FROM rc_fc;
+SELECT string_agg(id || ':' || p, ',' ORDER BY id) AS trigger_saw FROM rc_fa;
+DROP TABLE rc_dp, rc_scans2, rc_fc, rc_fp, rc_fa;
+DROP FUNCTION rc_fc_gone();

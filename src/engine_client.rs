@@ -1,11 +1,14 @@
 //! Typed calls from a backend to the engine, over this backend's channel
 //! slot, plus the backend's write-behind buffer of new rows.
 //!
-//! Write-behind: rows inserted into a pasv table without indexes are
-//! collected here and sent as one `PutBatch` when the buffer fills, before
-//! any other engine call by this backend (so every read this backend makes
-//! sees its own writes), when the transaction id changes, at pre-commit and
-//! at `finish_bulk_insert`. Tables with indexes too: another backend's
+//! Write-behind: new rows, and changes of rows under a row lock held in
+//! shared memory, are collected here, for up to [`MAX_TABLES`] tables of
+//! one transaction id, and sent in one request (a `PutBatch`, or a
+//! `PutBatches` of a part per table) when the buffer fills, before any
+//! request but a read, before a read of a buffered row (so every read this
+//! backend makes sees its own writes), when the transaction id changes, at
+//! pre-commit and at `finish_bulk_insert`.
+//! New rows of tables with indexes too: another backend's
 //! unique check may fetch a row by TID through its index entry at any
 //! moment, so the buffer's new rows are published in shared memory
 //! (`ipc::buffered_rows`) before their index entries exist, and the check
@@ -859,10 +862,22 @@ pub fn batch_capacity() -> usize {
 /// what it holds first if that is another (sub)transaction's, if it holds
 /// [`MAX_TABLES`] other tables, or if it would overflow a request; then
 /// `cf`'s rows are the current table's.
+///
+/// Also when rows of another table come and a post would not wait
+/// (`client::post_is_free`: the write posted before is applied): the engine
+/// applies them while the statement goes on, and the commit waits only
+/// for what came after. Keeping everything for the commit made a single
+/// client's TPC-B wait there for three tables' writes, on an engine
+/// thread that had gone to sleep (1 170 → 600-690 TPS); sending at every
+/// switch made a TPC-C-like order post a batch a row, each waiting for
+/// the one before. Measurements: `src/ipc/HOT_PATH.md` §26.
 fn make_room(cf: CfRef, logged: bool, xid: u32, bytes: usize) -> Result<(), CallError> {
     let must_send = PENDING.with(|p| {
         let p = p.borrow();
         let has_table = p.tables.iter().any(|t| t.cf == cf);
+        if !has_table && !p.tables.is_empty() && p.xid == Some(xid) && client::post_is_free() {
+            return true;
+        }
         // A new table adds a part (and a second one turns the request into
         // `PutBatches`, with a header and a prefix for the first).
         let grows = if has_table {

@@ -361,6 +361,15 @@ pub fn take_posted_answer() -> Result<Option<Vec<u8>>, ChannelError> {
     Ok(POSTED_ANSWER.with(|a| a.borrow_mut().take()))
 }
 
+/// Whether a request posted now would not wait: this backend's main slot
+/// has no request in flight.
+pub fn post_is_free() -> bool {
+    let Some(chan) = channel() else { return false };
+    let Ok(i) = my_slot(&chan) else { return false };
+    let state = chan.slot(i).state.load(Ordering::Acquire);
+    state == IDLE || state == DONE
+}
+
 /// Wait until this backend's main slot has no request in flight (a posted
 /// write is applied), keeping a checked post's answer for
 /// [`take_posted_answer`]. Never ERRORs (abort callbacks call it, with

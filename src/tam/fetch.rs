@@ -335,6 +335,10 @@ pub unsafe extern "C-unwind" fn tuple_fetch_row_version(
         if super::rowops::locked_head_into_slot(rel, rowid, slot) {
             return true;
         }
+        // DELETE's re-fetch of the row it deleted (RETURNING, triggers).
+        if super::rowops::deleted_row_into_slot(rel, rowid, slot) {
+            return true;
+        }
         // UPDATE's re-fetch of the row its scan just returned.
         if let Some(row) = super::stream::last_row(cf_of(rel), rowid) {
             let mut t: pg_sys::HeapTupleData = std::mem::zeroed();

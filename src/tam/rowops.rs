@@ -184,9 +184,51 @@ thread_local! {
     static LOCKED_CHAIN: std::cell::RefCell<Option<LockedChain>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Forget the chain of the last `tuple_lock` (see [`LockedChain`]).
+/// Forget the chain of the last `tuple_lock` (see [`LockedChain`]) and
+/// the last deleted row (see [`DeletedRow`]).
 pub(super) fn forget_locked_chain() {
     LOCKED_CHAIN.with(|l| l.borrow_mut().take());
+    DELETED_ROW.with(|d| d.borrow_mut().take());
+}
+
+/// The row the last `tuple_delete` deleted, with the chain it read under
+/// the lock: the executor fetches it again with SnapshotAny in the same
+/// command (RETURNING, AFTER ROW DELETE triggers, foreign keys' among
+/// them), and what that fetch returns is the version the delete ended.
+/// Answered from here, not read again from the engine after the buffered
+/// delete was sent (TPC-C-like Delivery, perf: 16 % of its backend time).
+/// Valid only in the deleting command of the deleting transaction (a
+/// later command, or a rolled-back subtransaction's, has another command
+/// id), where nothing can change the row again.
+struct DeletedRow {
+    cf: CfRef,
+    rowid: u64,
+    xid: u32,
+    cid: pg_sys::CommandId,
+    chain: Chain,
+    head: usize,
+}
+
+thread_local! {
+    static DELETED_ROW: std::cell::RefCell<Option<DeletedRow>> = const { std::cell::RefCell::new(None) };
+}
+
+/// SnapshotAny re-fetch of the row this command just deleted (see
+/// [`DeletedRow`]). False if it is not that row.
+pub(super) unsafe fn deleted_row_into_slot(rel: pg_sys::Relation, rowid: u64, slot: *mut pg_sys::TupleTableSlot) -> bool {
+    let cf = cf_of(rel);
+    let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
+    let cid = pg_sys::GetCurrentCommandId(false);
+    DELETED_ROW.with(|d| {
+        let d = d.borrow();
+        match d.as_ref() {
+            Some(x) if x.cf == cf && x.rowid == rowid && x.xid == xid && xid != 0 && x.cid == cid => {
+                store_copy(&x.chain, rel, rowid, x.head, slot);
+                true
+            }
+            _ => false,
+        }
+    })
 }
 
 /// The chain `tuple_lock` left for row `rowid` of `cf` under this
@@ -620,6 +662,8 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             prune(&mut batch, rel, rowid, &chain);
             write_row_change(rel, cf, rowid, &batch, "deleting from");
             pg_sys::pgstat_count_heap_delete(rel);
+            let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
+            DELETED_ROW.with(|d| *d.borrow_mut() = Some(DeletedRow { cf, rowid, xid, cid, chain, head: h }));
             pg_sys::TM_Result::TM_Ok
         }
     };
