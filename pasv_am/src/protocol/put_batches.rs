@@ -87,7 +87,7 @@ fn split_part(rest: &[u8], base: usize, i: usize) -> Result<(&[u8], &[u8]), Prot
     need(rest, PART_PREFIX_LEN).map_err(|e| shift(e, base))?;
     let len = read_u32(rest, 0, base)? as usize;
     check_zero(rest, 4..8, base)?;
-    if len % 8 != 0 {
+    if !len.is_multiple_of(8) {
         return Err(ProtocolError::NotPutBatch(i));
     }
     let body = &rest[PART_PREFIX_LEN..];
