@@ -193,6 +193,11 @@ fn check_posted() -> Result<(), CallError> {
             Err(e) => return Err(CallError::Protocol(e.to_string())),
         }
     }
+    poisoned()
+}
+
+/// Fail if a posted write of this transaction is known to have failed.
+fn poisoned() -> Result<(), CallError> {
     POISON.with(|p| match &*p.borrow() {
         Some((code, message)) => Err(CallError::Engine { code: *code, message: message.clone() }),
         None => Ok(()),
@@ -212,10 +217,7 @@ fn check_posted_for_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
         !posted.is_empty() && !posted.iter().any(|rows| rows.touch(cf, rowid))
     });
     if elsewhere {
-        return POISON.with(|p| match &*p.borrow() {
-            Some((code, message)) => Err(CallError::Engine { code: *code, message: message.clone() }),
-            None => Ok(()),
-        });
+        return poisoned();
     }
     check_posted()
 }
@@ -1018,20 +1020,16 @@ pub fn flush_pending() -> Result<(), CallError> {
 fn discard_pending_for(cf: CfRef) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
-        if p.tables.iter().any(|t| t.cf == cf) {
-            // Only this table's rows leave. Its rows' publication, if it
-            // was theirs, stays until the next send withdraws it (the
-            // caller's request sends the rest): a reader meanwhile waits
-            // for this transaction, as for any insert in progress.
-            let mut kept = std::mem::take(&mut p.tables);
-            if let Some(i) = kept.iter().position(|t| t.cf == cf) {
-                let gone = kept.remove(i);
-                p.recycle(gone);
-            }
-            if kept.is_empty() {
+        // Only this table's rows leave. Its rows' publication, if it was
+        // theirs, stays until the next send withdraws it (the caller's
+        // request sends the rest): a reader meanwhile waits for this
+        // transaction, as for any insert in progress.
+        if let Some(i) = p.tables.iter().position(|t| t.cf == cf) {
+            let gone = p.tables.remove(i);
+            p.recycle(gone);
+            if p.tables.is_empty() {
                 p.clear();
             } else {
-                p.tables = kept;
                 p.current = 0;
             }
         }

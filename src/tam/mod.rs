@@ -198,11 +198,13 @@ pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &
 }
 
 /// Forget the rows this backend kept to answer re-fetches without a round
-/// trip (the scan's last row, the chain `tuple_lock` read): at the end of a
-/// (sub)transaction they may be freed or superseded.
+/// trip (the scan's last row, the chain `tuple_lock` read, the row the last
+/// DELETE deleted): at the end of a (sub)transaction they may be freed or
+/// superseded.
 pub(crate) fn forget_cached_rows() {
     stream::forget_last_row();
     rowops::forget_locked_chain();
+    rowops::forget_deleted_row();
 }
 
 /// Register the relcache callback that empties the table AM's caches of

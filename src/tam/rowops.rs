@@ -184,10 +184,13 @@ thread_local! {
     static LOCKED_CHAIN: std::cell::RefCell<Option<LockedChain>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Forget the chain of the last `tuple_lock` (see [`LockedChain`]) and
-/// the last deleted row (see [`DeletedRow`]).
+/// Forget the chain of the last `tuple_lock` (see [`LockedChain`]).
 pub(super) fn forget_locked_chain() {
     LOCKED_CHAIN.with(|l| l.borrow_mut().take());
+}
+
+/// Forget the last deleted row (see [`DeletedRow`]).
+pub(super) fn forget_deleted_row() {
     DELETED_ROW.with(|d| d.borrow_mut().take());
 }
 
@@ -788,6 +791,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
     };
     (*tmfd).traversed = false;
     forget_locked_chain();
+    forget_deleted_row();
     // Each turn follows one "moved" link; a chain of moves is finite.
     loop {
         let Some(rowid) = rowid_from_tid(tid) else { return TM_Invisible };
