@@ -30,3 +30,24 @@ INSERT INTO kv VALUES (1, 0) ON CONFLICT (k) DO UPDATE SET v = 0;
 ROLLBACK;
 SELECT count(*) FILTER (WHERE k = 400) AS k400, min(v) FILTER (WHERE k = 1) AS v1 FROM kv;
 DROP TABLE kv;
+
+-- xmax as heap shows it, on both access methods: 0 for the row an upsert
+-- inserted and this transaction's id for the one it updated (the lock
+-- taken on the conflicting row carries over to the new version: the
+-- "(xmax = 0) AS inserted" idiom), and the deleter's in DELETE ...
+-- RETURNING. (FOR UPDATE returns the row as scanned on both.)
+CREATE TABLE ux_heap (k int PRIMARY KEY, v text) USING heap;
+CREATE TABLE ux_pasv (k int PRIMARY KEY, v text) USING pasv;
+INSERT INTO ux_heap VALUES (1, 'a');
+INSERT INTO ux_pasv VALUES (1, 'a');
+INSERT INTO ux_heap VALUES (1, 'b'), (2, 'c') ON CONFLICT (k) DO UPDATE SET v = excluded.v
+  RETURNING 'heap' AS am, k, v, xmax = 0 AS inserted, xmax = pg_current_xact_id()::xid AS mine;
+INSERT INTO ux_pasv VALUES (1, 'b'), (2, 'c') ON CONFLICT (k) DO UPDATE SET v = excluded.v
+  RETURNING 'pasv' AS am, k, v, xmax = 0 AS inserted, xmax = pg_current_xact_id()::xid AS mine;
+BEGIN;
+SELECT 'heap' AS am, k, xmax = pg_current_xact_id()::xid AS locked_by_me FROM ux_heap WHERE k = 1 FOR UPDATE;
+SELECT 'pasv' AS am, k, xmax = pg_current_xact_id()::xid AS locked_by_me FROM ux_pasv WHERE k = 1 FOR UPDATE;
+COMMIT;
+DELETE FROM ux_heap WHERE k = 2 RETURNING 'heap' AS am, k, xmax = pg_current_xact_id()::xid AS deleted_by_me;
+DELETE FROM ux_pasv WHERE k = 2 RETURNING 'pasv' AS am, k, xmax = pg_current_xact_id()::xid AS deleted_by_me;
+DROP TABLE ux_heap, ux_pasv;

@@ -822,6 +822,10 @@ pub struct LockOutcome {
     /// newest first, and whether older ones exist.
     pub versions: Vec<(Vec<u8>, Vec<u8>)>,
     pub more: bool,
+    /// A new grant asked with the write epoch of an earlier read of the row
+    /// (`crate::row_locks::lock`): no other transaction can have written
+    /// the row since that read. Always false from the engine's table.
+    pub unchanged: bool,
 }
 
 /// Try to take a row lock for top-level transaction `xid`; `evict` names a
@@ -836,6 +840,7 @@ pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, rea
             holder,
             versions: versions.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
             more,
+            unchanged: false,
         }),
         _ => Err(CallError::Unexpected("LockRow")),
     })

@@ -17,6 +17,14 @@
 //!   versions from the row cache on that promise.
 //! * Locks are keyed by the top-level xid and held to the end of the
 //!   top-level transaction (a subtransaction's abort keeps them).
+//! * DESIGN.md §3's "read the head version under the lock" is met by a
+//!   read made *before* the lock when the grant shows that no other
+//!   transaction's exclusive holding of the row's bucket ended since the
+//!   write epoch loaded before that read (`seen` in [`lock`]): by the
+//!   first invariant, any write of the row since then would have ended
+//!   such a holding. The scan that found the row is that read
+//!   (`tam/stream.rs::last_row_newest`), so UPDATE and DELETE of scanned
+//!   rows need no read of their own.
 
 use crate::engine_client::{self, LockOutcome};
 use crate::error::CallError;
@@ -38,12 +46,23 @@ thread_local! {
 /// Granted with `read` > 0: the row's newest `read` versions come with the
 /// answer when the row cache (or the engine, for a spilled bucket) has them;
 /// otherwise `versions` is empty and `more` true (the caller reads the row).
-pub fn lock(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u8) -> Result<LockOutcome, CallError> {
+/// `seen`: the [`write_epoch`] loaded before the caller last read the row;
+/// a new grant in shared memory that finds the row unchanged since then
+/// says so (`unchanged`) and reads nothing: the caller's copy is current.
+pub fn lock(
+    cf: CfRef,
+    rowid: u64,
+    xid: u32,
+    mode: LockMode,
+    evict: u32,
+    read: u8,
+    seen: Option<u64>,
+) -> Result<LockOutcome, CallError> {
     let Some(table) = crate::shmem::row_locks() else {
         return lock_in_engine(cf, rowid, xid, mode, evict, read, None);
     };
-    match table.lock(cf, rowid, xid, mode, evict) {
-        Outcome::Granted { already } => {
+    match table.lock_unchanged_since(cf, rowid, xid, mode, evict, seen) {
+        (Outcome::Granted { already }, unchanged) => {
             if !already {
                 HELD.with(|h| {
                     let mut h = h.borrow_mut();
@@ -55,18 +74,29 @@ pub fn lock(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u
                     h.1.push((cf, rowid));
                 });
             }
-            let (versions, more) = if read > 0 {
+            let (versions, more) = if read > 0 && !unchanged {
                 engine_client::cached_versions(cf, rowid, read)?.unwrap_or((Vec::new(), true))
             } else {
                 (Vec::new(), false)
             };
-            Ok(LockOutcome { granted: true, already_held: already, holder: 0, versions, more })
+            Ok(LockOutcome { granted: true, already_held: already, holder: 0, versions, more, unchanged })
         }
-        Outcome::Conflict { holder } => {
-            Ok(LockOutcome { granted: false, already_held: false, holder, versions: Vec::new(), more: false })
-        }
-        Outcome::Engine { bucket } => lock_in_engine(cf, rowid, xid, mode, evict, read, Some(bucket)),
+        (Outcome::Conflict { holder }, _) => Ok(LockOutcome {
+            granted: false,
+            already_held: false,
+            holder,
+            versions: Vec::new(),
+            more: false,
+            unchanged: false,
+        }),
+        (Outcome::Engine { bucket }, _) => lock_in_engine(cf, rowid, xid, mode, evict, read, Some(bucket)),
     }
+}
+
+/// The shared lock table's write epoch (0 without one): load it before
+/// reading rows whose lock may follow (see [`lock`]).
+pub fn write_epoch() -> u64 {
+    crate::shmem::row_locks().map_or(0, |table| table.write_epoch())
 }
 
 /// The engine's table decides; `spilled` is the bucket whose spill count

@@ -40,6 +40,15 @@
 //! * Holders are top-level transaction ids, never 0 (0 marks a free entry).
 //!   A holder removes its own entries when its transaction ends; `evict`
 //!   removes an ended holder's entry for one row (a waiter taking over).
+//! * The **write epoch** counts the ends of exclusive holdings (release,
+//!   eviction) and of spills, the only ways another transaction's write of
+//!   a row can have ended; a bucket remembers the epoch of its last such
+//!   end, set under its lock before the holding disappears. A writer ends
+//!   its holding only after the engine applied its writes (`row_locks`,
+//!   backend side), so a reader that loaded the epoch as `seen` before it
+//!   asked the engine for a row, and is later granted the row's lock in a
+//!   bucket whose last end is not above `seen`, read the row as it is now
+//!   ([`SharedRowLocks::lock_unchanged_since`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -59,7 +68,9 @@ const MAGIC: u64 = 0x7061_7376_524c_0001; // "pasvRL" v1
 struct Header {
     /// The bucket count.
     stamp: Stamp,
-    _pad: [AtomicU64; 6],
+    /// The write epoch (module invariants).
+    write_epoch: AtomicU64,
+    _pad: [AtomicU64; 5],
     /// Grants made here ([`GRANTED`]), and requests sent on to the engine
     /// because their bucket was full or spilled ([`SPILLED`]): counters for
     /// `pasv.engine_stats()`, striped (every lock bumps one).
@@ -85,6 +96,9 @@ struct Bucket {
     lock: AtomicU32,
     /// Engine-held locks on rows of this bucket (see the module invariants).
     spill: AtomicU32,
+    /// The write epoch of the last end of an exclusive holding or of a
+    /// spill here (written under `lock`).
+    ended: AtomicU64,
     entries: [Entry; ENTRIES],
 }
 
@@ -176,6 +190,30 @@ impl SharedRowLocks {
     /// (not 0). `evict` (0: none) names a transaction known to have ended:
     /// its holding of this row is removed first.
     pub fn lock(&self, cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32) -> Outcome {
+        self.lock_unchanged_since(cf, rowid, xid, mode, evict, None).0
+    }
+
+    /// The write epoch now (module invariants): load it before asking the
+    /// engine for rows whose lock may follow.
+    pub fn write_epoch(&self) -> u64 {
+        self.header().write_epoch.load(Ordering::SeqCst)
+    }
+
+    /// As [`SharedRowLocks::lock`]; with `seen` (a [`write_epoch`] loaded
+    /// before the caller read the row), also whether a new grant here found
+    /// no exclusive holding (nor spill) of the row's bucket ended since:
+    /// then no other transaction can have written the row after that read.
+    ///
+    /// [`write_epoch`]: SharedRowLocks::write_epoch
+    pub fn lock_unchanged_since(
+        &self,
+        cf: CfRef,
+        rowid: u64,
+        xid: u32,
+        mode: LockMode,
+        evict: u32,
+        seen: Option<u64>,
+    ) -> (Outcome, bool) {
         debug_assert!(xid != 0);
         let b = self.bucket_of(cf, rowid);
         let bucket = self.bucket(b as usize);
@@ -192,24 +230,28 @@ impl SharedRowLocks {
                 continue;
             }
             if holder == evict && evict != xid {
+                if e.mode() == LockMode::Exclusive {
+                    self.end_exclusive(bucket);
+                }
                 e.xid.store(0, Ordering::Relaxed);
                 free = free.or(Some(e));
             } else if holder == xid {
                 mine = Some(e);
             } else if mode == LockMode::Exclusive || e.mode() == LockMode::Exclusive {
-                return Outcome::Conflict { holder };
+                return (Outcome::Conflict { holder }, false);
             }
         }
         if let Some(e) = mine {
             if e.mode() >= mode {
-                return Outcome::Granted { already: true };
+                return (Outcome::Granted { already: true }, false);
             }
         }
         if bucket.spill.load(Ordering::Relaxed) > 0 || (mine.is_none() && free.is_none()) {
             bucket.spill.fetch_add(1, Ordering::Relaxed);
             self.header().counters.add(SPILLED, 1);
-            return Outcome::Engine { bucket: b };
+            return (Outcome::Engine { bucket: b }, false);
         }
+        let unchanged = mine.is_none() && seen.is_some_and(|s| bucket.ended.load(Ordering::Relaxed) <= s);
         match mine {
             // Shared upgraded to Exclusive in place.
             Some(e) => e.mode.store(mode as u32, Ordering::Relaxed),
@@ -223,7 +265,14 @@ impl SharedRowLocks {
             }
         }
         self.header().counters.add(GRANTED, 1);
-        Outcome::Granted { already: false }
+        (Outcome::Granted { already: false }, unchanged)
+    }
+
+    /// Record, under `bucket`'s lock, that an exclusive holding (or a
+    /// spill) of it ends: before the holding disappears (module invariants).
+    fn end_exclusive(&self, bucket: &Bucket) {
+        let epoch = self.header().write_epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        bucket.ended.store(epoch, Ordering::Relaxed);
     }
 
     /// Whether `xid` holds row `(cf, rowid)` Exclusive here; if so, the
@@ -263,6 +312,9 @@ impl SharedRowLocks {
         let _guard = BucketGuard::lock(bucket);
         for e in &bucket.entries {
             if e.xid.load(Ordering::Relaxed) == xid && e.names(cf, rowid) {
+                if e.mode() == LockMode::Exclusive {
+                    self.end_exclusive(bucket);
+                }
                 e.xid.store(0, Ordering::Relaxed);
             }
         }
@@ -274,6 +326,8 @@ impl SharedRowLocks {
         let _guard = BucketGuard::lock(bucket);
         let before = bucket.spill.load(Ordering::Relaxed);
         debug_assert!(before > 0);
+        // The engine-held lock may have covered a write of a row here.
+        self.end_exclusive(bucket);
         bucket.spill.store(before.saturating_sub(1), Ordering::Relaxed);
     }
 
@@ -398,6 +452,43 @@ mod tests {
         l.unspill(0); // 100 released its engine locks
         assert_eq!(l.lock(T, 98, 101, Exclusive, 0), Outcome::Granted { already: false });
         assert_eq!(l.stats().spilled, 2);
+    }
+
+    #[test]
+    fn the_write_epoch_tells_whether_a_row_can_have_changed() {
+        let r = table(1);
+        let l = &r.1;
+        let unchanged = |rowid, xid, seen| l.lock_unchanged_since(T, rowid, xid, Exclusive, 0, Some(seen)).1;
+        let seen = l.write_epoch();
+        assert!(unchanged(1, 100, seen), "nothing ended since");
+        assert!(!l.lock_unchanged_since(T, 1, 100, Exclusive, 0, Some(seen)).1, "already held: not a new grant");
+        assert!(!l.lock_unchanged_since(T, 2, 100, Exclusive, 0, None).1, "no epoch seen");
+        // A shared holding ending is no write.
+        assert_eq!(l.lock(T, 3, 101, Shared, 0), Outcome::Granted { already: false });
+        l.release(T, 3, 101);
+        assert!(unchanged(4, 102, seen));
+        // An exclusive holding ending in the bucket: any row of it may have changed.
+        l.release(T, 1, 100);
+        assert!(!unchanged(5, 103, seen));
+        let seen = l.write_epoch();
+        assert!(unchanged(6, 103, seen), "read after the end");
+        // An ended holder evicted by the next locker counts as an end.
+        assert_eq!(l.lock_unchanged_since(T, 6, 104, Exclusive, 103, Some(seen)), (Outcome::Granted { already: false }, false));
+        // So does the end of a spill (an engine-held lock may have written).
+        for (rowid, xid) in [(2, 100), (4, 102), (5, 103), (6, 104)] {
+            l.release(T, rowid, xid);
+        }
+        for rowid in 10..10 + ENTRIES as u64 {
+            l.lock(T, rowid, 105, Shared, 0);
+        }
+        let seen = l.write_epoch();
+        assert!(matches!(l.lock(T, 99, 105, Exclusive, 0), Outcome::Engine { .. }));
+        l.unspill(0);
+        l.release(T, 10, 105);
+        assert!(!unchanged(20, 106, seen));
+        l.release(T, 20, 106);
+        let before = l.write_epoch();
+        assert!(unchanged(21, 106, before));
     }
 
     /// Random lock, release and end-of-transaction steps against the engine's

@@ -159,11 +159,55 @@ pub unsafe fn store_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys
 /// # Safety
 /// `tuple` must describe a valid heap tuple.
 pub unsafe fn store_copy_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys::TupleTableSlot) {
-    let copy = pg_sys::heap_copytuple(tuple);
+    store_owned_in_slot(pg_sys::heap_copytuple(tuple), slot);
+}
+
+/// Put `copy`, a palloc'd tuple nobody else holds, in `slot`; the slot
+/// owns (and frees) it.
+///
+/// # Safety
+/// `copy` must be a valid heap tuple from `heap_copytuple` or alike.
+pub unsafe fn store_owned_in_slot(copy: pg_sys::HeapTuple, slot: *mut pg_sys::TupleTableSlot) {
     if (*slot).tts_ops == &raw const pg_sys::TTSOpsHeapTuple {
         pg_sys::ExecStoreHeapTuple(copy, slot, true);
     } else {
         pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
+    }
+}
+
+/// What a tuple handed to the executor says its current transaction did to
+/// it, in the header's `xmax` (stored versions never carry one).
+#[derive(Clone, Copy)]
+pub(crate) enum Xmax {
+    /// Deleted it (DELETE's RETURNING and AFTER triggers read the old row).
+    Deleted,
+    /// Holds a row lock on it of this strength (`SELECT … FOR UPDATE`,
+    /// and a row updated after it was locked, as in INSERT … ON CONFLICT
+    /// DO UPDATE: heap carries the lock over to the new version).
+    Locked(pg_sys::LockTupleMode::Type),
+}
+
+/// Write `what` by the current (sub)transaction into `tuple`'s header, as
+/// heap's `xmax` would show it: `RETURNING xmax`, and the common
+/// "`(xmax = 0) AS inserted`" test after an upsert, read it.
+///
+/// # Safety
+/// `tuple` is a writable heap tuple owned by the caller (a copy).
+pub(crate) unsafe fn set_xmax(tuple: pg_sys::HeapTuple, what: Xmax) {
+    let h = (*tuple).t_data;
+    (*h).t_infomask &= !(pg_sys::HEAP_XMAX_BITS as u16);
+    (*h).t_infomask2 &= !(pg_sys::HEAP_KEYS_UPDATED as u16);
+    (*h).t_choice.t_heap.t_xmax = pg_sys::GetCurrentTransactionId();
+    match what {
+        Xmax::Deleted => (*h).t_infomask2 |= pg_sys::HEAP_KEYS_UPDATED as u16,
+        Xmax::Locked(mode) => {
+            let strength = match mode {
+                pg_sys::LockTupleMode::LockTupleKeyShare => pg_sys::HEAP_XMAX_KEYSHR_LOCK,
+                pg_sys::LockTupleMode::LockTupleShare => pg_sys::HEAP_XMAX_SHR_LOCK,
+                _ => pg_sys::HEAP_XMAX_EXCL_LOCK,
+            };
+            (*h).t_infomask |= (pg_sys::HEAP_XMAX_LOCK_ONLY | strength) as u16;
+        }
     }
 }
 

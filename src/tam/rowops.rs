@@ -70,12 +70,15 @@ struct Version {
 #[derive(Clone)]
 struct Chain {
     versions: Vec<Version>,
+    /// Only the head is known, from the scan that found the row
+    /// ([`Chain::from_scan`]): older versions were not read.
+    head_only: bool,
 }
 
 impl Chain {
     unsafe fn read(cf: CfRef, rowid: u64, doing: &str) -> Chain {
         let (start, end) = keys::row_range(rowid, rowid + 1);
-        let mut chain = Chain { versions: Vec::new() };
+        let mut chain = Chain { versions: Vec::new(), head_only: false };
         // Two entries a page: the head and the one after it are all an
         // update needs; reading exactly that never steps over the delete
         // markers pruning leaves behind a row's live versions.
@@ -87,7 +90,7 @@ impl Chain {
     /// hold all a writer needs (else read it with [`Chain::read`]).
     /// (`rel` names the table in an error.)
     unsafe fn from_lock(versions: &[(Vec<u8>, Vec<u8>)], more: bool, rel: pg_sys::Relation) -> Option<Chain> {
-        let mut chain = Chain { versions: Vec::new() };
+        let mut chain = Chain { versions: Vec::new(), head_only: false };
         for (key, value) in versions {
             let (rowid, version) = keys::decode_row_key(key)?;
             let header = match RowHeader::decode(value) {
@@ -103,6 +106,26 @@ impl Chain {
             }
         }
         (!more).then_some(chain)
+    }
+
+    /// The chain of a row whose lock vouched that nothing changed it since
+    /// the scan read `value`, its newest version `version`
+    /// (`stream::last_row_newest`): all a writer needs but for pruning,
+    /// which then removes the version just below a head every snapshot
+    /// sees ([`Chain::dead_versions`]). `None` if the version's creator
+    /// aborted (older versions decide then: read them).
+    unsafe fn from_scan(version: u32, value: &[u8], rel: pg_sys::Relation) -> Option<Chain> {
+        let header = match RowHeader::decode(value) {
+            Ok((h, _)) => h,
+            Err(e) => error::raise(
+                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                format!("pasv: locking a row of {}: bad row header: {e}", rel_name(rel)),
+                "The table's RocksDB data is damaged; restore from a backup.",
+            ),
+        };
+        let mut chain = Chain { versions: Vec::new(), head_only: true };
+        chain.push(version, header, value);
+        (chain.head() == Some(0)).then_some(chain)
     }
 
     /// Add the next older version; false once the chain has all it needs
@@ -156,12 +179,23 @@ impl Chain {
                 && (v.header.is_frozen()
                     || pg_sys::GlobalVisTestIsRemovableXid(vis, pg_sys::TransactionId::from(v.header.xid as u32)))
         });
-        self.versions
+        let mut dead: Vec<u32> = self
+            .versions
             .iter()
             .enumerate()
             .filter(|(i, v)| v.creator == Creator::Aborted || all_visible.is_some_and(|k| *i > k))
             .map(|(_, v)| v.version)
-            .collect()
+            .collect();
+        // A head every snapshot sees makes the versions below it dead;
+        // unread, the one just below is removed blind (versions are
+        // numbered one after another, and each update removes the one
+        // below the head it replaces, so that is the one usually left).
+        if self.head_only && all_visible == Some(0) {
+            if let Some(below) = self.versions[0].version.checked_sub(1) {
+                dead.push(below);
+            }
+        }
+        dead
     }
 }
 
@@ -226,7 +260,7 @@ pub(super) unsafe fn deleted_row_into_slot(rel: pg_sys::Relation, rowid: u64, sl
         let d = d.borrow();
         match d.as_ref() {
             Some(x) if x.cf == cf && x.rowid == rowid && x.xid == xid && xid != 0 && x.cid == cid => {
-                store_copy(&x.chain, rel, rowid, x.head, slot);
+                store_copy_marked(&x.chain, rel, rowid, x.head, slot, super::Xmax::Deleted);
                 true
             }
             _ => false,
@@ -242,6 +276,13 @@ unsafe fn take_locked_chain(cf: CfRef, rowid: u64) -> Option<Chain> {
     (locked.cf == cf && locked.rowid == rowid && locked.xid == xid && xid != 0).then_some(locked.chain)
 }
 
+/// Whether `tuple_lock` left the chain of row `rowid` of `cf` under this
+/// transaction's exclusive lock (see [`LockedChain`]).
+unsafe fn holds_locked_chain(cf: CfRef, rowid: u64) -> bool {
+    let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
+    LOCKED_CHAIN.with(|l| l.borrow().as_ref().is_some_and(|x| x.cf == cf && x.rowid == rowid && x.xid == xid && xid != 0))
+}
+
 /// SnapshotAny re-fetch of the row `tuple_lock` just locked: its head, from
 /// the chain read under the lock. False if there is none to answer from.
 pub(super) unsafe fn locked_head_into_slot(rel: pg_sys::Relation, rowid: u64, slot: *mut pg_sys::TupleTableSlot) -> bool {
@@ -254,7 +295,8 @@ pub(super) unsafe fn locked_head_into_slot(rel: pg_sys::Relation, rowid: u64, sl
         };
         match locked.chain.head() {
             Some(h) if !locked.chain.versions[h].header.is_tombstone() => {
-                store_copy(&locked.chain, rel, rowid, h, slot);
+                let exclusive = super::Xmax::Locked(pg_sys::LockTupleMode::LockTupleExclusive);
+                store_copy_marked(&locked.chain, rel, rowid, h, slot, exclusive);
                 true
             }
             _ => false,
@@ -293,6 +335,10 @@ unsafe fn lock_row(
     read_chain: bool,
 ) -> LockResult {
     let xid = u32::from(pg_sys::GetTopTransactionId());
+    // The row as the scan that found it read it, if that was its newest
+    // version: enough for the writer when the lock shows nobody can have
+    // written it since (no round trip for the row's versions).
+    let scanned = if read_chain { super::stream::last_row_newest(cf, rowid) } else { None };
     // What the scan handed out may be superseded once locked (EvalPlanQual).
     super::stream::forget_last_row();
     let mut evict = 0u32;
@@ -303,15 +349,16 @@ unsafe fn lock_row(
     loop {
         // The head and the version after it: what Chain::read reads first.
         let read = if read_chain { 2 } else { 0 };
-        let outcome = match crate::row_locks::lock(cf, rowid, xid, mode, evict, read) {
+        let seen = scanned.as_ref().map(|&(_, _, write_epoch)| write_epoch);
+        let outcome = match crate::row_locks::lock(cf, rowid, xid, mode, evict, read, seen) {
             Ok(o) => o,
             Err(e) => e.raise(&format!("locking a row of {}", rel_name(rel))),
         };
         if outcome.granted {
-            let chain = if read_chain {
-                Chain::from_lock(&outcome.versions, outcome.more, rel)
-            } else {
-                None
+            let chain = match &scanned {
+                Some((version, value, _)) if outcome.unchanged => Chain::from_scan(*version, value, rel),
+                _ if read_chain => Chain::from_lock(&outcome.versions, outcome.more, rel),
+                _ => None,
             };
             return LockResult::Held { already: outcome.already_held, chain };
         }
@@ -692,6 +739,9 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
+    // Locked by tuple_lock just before (ON CONFLICT DO UPDATE, EvalPlanQual):
+    // the new version shows the lock in xmax, as heap's does.
+    let relocked = holds_locked_chain(cf, rowid);
     let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Update) {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
@@ -754,6 +804,10 @@ pub unsafe extern "C-unwind" fn tuple_update(
     }
     tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
     (*slot_tuple).t_self = (*slot).tts_tid;
+    if relocked && !should_free {
+        // The slot's own tuple (its stored copy was encoded above).
+        super::set_xmax(slot_tuple, super::Xmax::Locked(pg_sys::LockTupleMode::LockTupleExclusive));
+    }
     pg_sys::pgstat_count_heap_update(rel, !moves, false);
     if tuple != slot_tuple {
         pg_sys::heap_freetuple(tuple);
@@ -851,7 +905,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
             // FIND_LAST_VERSION: a later version than the snapshot's is locked.
             (*tmfd).traversed = true;
         }
-        store_copy(&chain, rel, rowid, h, slot);
+        store_copy_marked(&chain, rel, rowid, h, slot, super::Xmax::Locked(mode));
         if lock_mode == LockMode::Exclusive {
             let xid = u32::from(pg_sys::GetTopTransactionId());
             LOCKED_CHAIN.with(|l| *l.borrow_mut() = Some(LockedChain { cf, rowid, xid, chain }));
@@ -864,6 +918,22 @@ pub unsafe extern "C-unwind" fn tuple_lock(
 unsafe fn store_copy(chain: &Chain, rel: pg_sys::Relation, rowid: u64, i: usize, slot: *mut pg_sys::TupleTableSlot) {
     let mut t = chain.tuple(rel, rowid, i);
     super::store_copy_in_slot(&mut t, slot);
+}
+
+/// As [`store_copy`], the copy's `xmax` saying what this transaction did
+/// to the version (see [`super::set_xmax`]).
+unsafe fn store_copy_marked(
+    chain: &Chain,
+    rel: pg_sys::Relation,
+    rowid: u64,
+    i: usize,
+    slot: *mut pg_sys::TupleTableSlot,
+    what: super::Xmax,
+) {
+    let mut t = chain.tuple(rel, rowid, i);
+    let copy = pg_sys::heap_copytuple(&mut t);
+    super::set_xmax(copy, what);
+    super::store_owned_in_slot(copy, slot);
 }
 
 /// Follow "moved" links from `tid` to the row's current rowid.

@@ -49,6 +49,13 @@ pub struct RowStream {
     pending_delete: pg_sys::TransactionId,
     /// The oldest version of the current row seen so far.
     group_last_version: u32,
+    /// The first (newest) version of the current row this stream read.
+    group_first_version: u32,
+    /// The row locks' write epoch loaded before the current batch was read
+    /// (`crate::row_locks::write_epoch`), and before the read-ahead in
+    /// flight was asked for.
+    batch_write_epoch: u64,
+    ahead_write_epoch: u64,
     /// The current row was already read on past its first answer.
     rewound: bool,
     /// Set by readers that must report serializable rw-conflicts.
@@ -115,6 +122,10 @@ struct LastRow {
     tuple: *mut u8,
     tuple_len: usize,
     epoch: u64,
+    /// The version handed out, if it was the row's newest when read (none
+    /// newer was stored then), with the row locks' write epoch loaded
+    /// before that read: see [`last_row_newest`].
+    newest: Option<(u32, u64)>,
 }
 
 thread_local! {
@@ -142,6 +153,27 @@ pub fn last_row(cf: CfRef, rowid: u64) -> Option<Row> {
         tuple: last.tuple,
         tuple_len: last.tuple_len,
     })
+}
+
+/// The row the last MVCC scan or fetch handed out, as [`last_row`], if it
+/// is `cf`'s `rowid` and was the row's newest stored version when read:
+/// its version number, a copy of its stored value (header and tuple) and
+/// the row locks' write epoch loaded before the read.
+/// A writer that then gets the row's lock with that epoch and finds it
+/// unchanged (`crate::row_locks::lock`) need not read the row again.
+pub fn last_row_newest(cf: CfRef, rowid: u64) -> Option<(u32, Vec<u8>, u64)> {
+    let last = LAST_ROW.with(|l| l.get())?;
+    let epoch = EPOCH.with(|e| e.get());
+    let (version, write_epoch) = last.newest?;
+    if last.cf != cf || last.rowid != rowid || last.epoch != epoch {
+        return None;
+    }
+    // SAFETY: the tuple follows its header in the stream's buffer, which
+    // the unchanged epoch says is still there.
+    let value = unsafe {
+        std::slice::from_raw_parts(last.tuple.sub(pasv_am::row::HEADER_LEN), last.tuple_len + pasv_am::row::HEADER_LEN)
+    };
+    Some((version, value.to_vec(), write_epoch))
 }
 
 /// A resolved row: the visible version's tuple bytes (inside the stream's
@@ -176,6 +208,9 @@ impl RowStream {
             decided: None,
             pending_delete: pg_sys::InvalidTransactionId,
             group_last_version: 0,
+            group_first_version: 0,
+            batch_write_epoch: 0,
+            ahead_write_epoch: 0,
             rewound: false,
             ssi_rel: std::ptr::null_mut(),
             recently_dead: false,
@@ -296,6 +331,10 @@ impl RowStream {
     /// Fetch the next batch from `next_start`.
     unsafe fn fetch(&mut self, doing: &str) {
         bump_epoch();
+        // Before anything is read: a row lock granted later compares it
+        // with the end of the row's last writer (`last_row_newest`).
+        let write_epoch = crate::row_locks::write_epoch();
+        let ahead_write_epoch = self.ahead_write_epoch;
         // SAFETY: buf has buf_cap bytes, allocated in new().
         let dest = std::slice::from_raw_parts_mut(self.buf, self.buf_cap);
         // One version per row on ranges: the newest decides nearly always;
@@ -320,10 +359,14 @@ impl RowStream {
         // fills the cache): the window goes on after it.
         let mut window_hit = in_window && cached.is_some();
         let after_hit = std::mem::replace(&mut self.window_hit_last, window_hit);
+        self.batch_write_epoch = write_epoch;
         let copied = match cached {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
-                Some(c) => c,
+                Some(c) => {
+                    self.batch_write_epoch = ahead_write_epoch;
+                    c
+                }
                 None => {
                     let alone = match cache_row {
                         Some(rowid) if in_window && after_hit => {
@@ -374,6 +417,7 @@ impl RowStream {
         // writes: see `scan_ahead`), the engine reads the next batch while
         // this one is worked through.
         if self.more && self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced {
+            self.ahead_write_epoch = crate::row_locks::write_epoch();
             match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row) {
                 Ok(ticket) => {
                     self.ahead = ticket;
@@ -460,6 +504,7 @@ impl RowStream {
                 self.close_undecided();
                 // First version (the newest) of a new row.
                 self.group = Some(e.rowid);
+                self.group_first_version = e.version;
                 if let Some(bit) = self.range_bit(e.rowid) {
                     self.seen_bits |= bit;
                 }
@@ -540,6 +585,8 @@ impl RowStream {
                         tuple: row.tuple,
                         tuple_len: row.tuple_len,
                         epoch,
+                        newest: (e.version == self.group_first_version)
+                            .then_some((e.version, self.batch_write_epoch)),
                     }))
                 });
             }
