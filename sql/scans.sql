@@ -36,6 +36,45 @@ COMMIT;
 -- Nested scans of the same table (each scan keeps its own batch).
 SELECT count(*) FROM wide a WHERE a.id <= 3 AND EXISTS (SELECT 1 FROM wide b WHERE b.id = a.id + 1);
 
+-- Streams borrow their buffers from a per-backend pool of four sets and give
+-- them back at the end of the scan, or at the abort of the transaction an
+-- ERROR ended a scan in: six scans open at once (nested loops over index
+-- and sequential scans: more streams than the pool holds) return the
+-- same as heap, before and after scans that ERRORs cut short, also in a
+-- subtransaction, and with a cursor left open across other statements.
+CREATE TABLE pool_p (id int PRIMARY KEY, v int) USING pasv;
+INSERT INTO pool_p SELECT g, g % 7 FROM generate_series(1, 300) g;
+CREATE TABLE pool_h (id int PRIMARY KEY, v int) USING heap;
+INSERT INTO pool_h SELECT g, g % 7 FROM generate_series(1, 300) g;
+SET enable_hashjoin = off;
+SET enable_mergejoin = off;
+SET enable_material = off;
+CREATE FUNCTION pool_join(t regclass) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+    EXECUTE format('SELECT count(*) || '':'' || sum(a.id + b.id + c.id + d.id + e.id + f.v) FROM %1$s a
+        JOIN %1$s b ON b.id = a.id JOIN %1$s c ON c.id = b.id + 1 JOIN %1$s d ON d.id = c.id - 1
+        JOIN %1$s e ON e.id = d.id + 2 JOIN %1$s f ON f.id = e.id - 2 WHERE a.v = 3', t) INTO r;
+    RETURN r;
+END $$;
+SELECT pool_join('pool_h') AS heap, pool_join('pool_p') AS pasv;
+SELECT count(*) FROM pool_p WHERE 1 / (id - 150) IS NOT NULL;
+BEGIN;
+DECLARE held CURSOR FOR SELECT id FROM pool_p WHERE id % 50 = 0;
+FETCH 2 FROM held;
+SAVEPOINT s;
+SELECT count(*) FROM pool_p a, pool_p b WHERE a.id < 3 AND b.id = 1 / (a.id - 2);
+ROLLBACK TO s;
+SELECT pool_join('pool_h') = pool_join('pool_p') AS same_in_xact;
+FETCH 2 FROM held;
+COMMIT;
+SELECT pool_join('pool_h') = pool_join('pool_p') AS same_after;
+RESET enable_hashjoin;
+RESET enable_mergejoin;
+RESET enable_material;
+DROP FUNCTION pool_join(regclass);
+DROP TABLE pool_p, pool_h;
+
 -- Planner estimates come from the engine's rowid count (100000 rows).
 CREATE FUNCTION plan_rows(q text) RETURNS float8 LANGUAGE plpgsql AS $$
 DECLARE p json;

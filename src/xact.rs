@@ -148,6 +148,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             crate::tam::forget_cached_rows();
+            crate::tam::after_top_abort();
             engine_client::discard_pending();
             engine_client::owed_clear();
             crate::flushflag::after_abort();

@@ -292,7 +292,7 @@ unsafe fn fetch_stream(rel: pg_sys::Relation) -> &'static mut RowStream {
     if stream.is_null() {
         let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
         stream = pg_sys::palloc(std::mem::size_of::<RowStream>()) as *mut RowStream;
-        std::ptr::write(stream, RowStream::new(cf_of(rel)));
+        std::ptr::write(stream, RowStream::new_permanent(cf_of(rel)));
         pg_sys::MemoryContextSwitchTo(old);
         FETCH_STREAM.with(|s| s.set(stream));
     }

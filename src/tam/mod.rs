@@ -251,6 +251,12 @@ pub(crate) fn forget_cached_rows() {
     rowops::forget_deleted_row();
 }
 
+/// At the abort of the top-level transaction: the scans' pooled buffers
+/// that an ERROR left lent are spare again (`stream`'s module notes).
+pub(crate) fn after_top_abort() {
+    stream::reclaim_buffers_at_abort();
+}
+
 /// Register the relcache callback that empties the table AM's caches of
 /// relation facts (fork lengths, partitions' trigger facts).
 ///

@@ -1,9 +1,17 @@
 //! A forward stream of rows (rowid groups of versions) over a range of one
 //! table CF, fetched from the engine in batches.
 //!
-//! Memory: the batch buffer and its entry index are palloc'd in the memory
-//! context current at creation (the scan's), so an ERROR that skips
-//! `scan_end` leaks nothing. The stream is a plain `#[repr(C)]` struct with
+//! Memory: the batch buffer and its entry index (about 140 kB with the
+//! default channel buffer) are lent from a small per-backend pool kept in
+//! `TopMemoryContext` and given back by [`RowStream::free`]; at the abort
+//! of the top-level transaction, which ends every scan, whatever is still
+//! lent (an ERROR skipped `scan_end`) is taken back. Before, every scan
+//! and index scan palloc'd them afresh: a `malloc` above glibc's trim
+//! threshold, so each point select grew and shrank the heap with `brk`
+//! and faulted its pages in again (perf, pgbench `-S`: the kernel's
+//! memory-map work about 5 % of the backends' time). Streams beyond the
+//! pool's size palloc in the context current at creation (the scan's), so
+//! an ERROR leaks nothing. The stream is a plain `#[repr(C)]` struct with
 //! no Rust-owned fields for the same reason.
 //!
 //! A batch may end in the middle of a rowid's versions. Such a group is
@@ -103,6 +111,69 @@ pub struct RowStream {
     /// scans advancing in turn, as in a merge join): reading ahead here
     /// wastes the engine's work, so the stream stops doing it.
     ahead_displaced: bool,
+    /// `buf` and `index` are lent from the pool ([`lend_buffers`]).
+    pooled: bool,
+}
+
+/// Buffer sets (a batch buffer and its entry index) the pool holds at most,
+/// lent or spare: a query rarely runs more streams at once.
+const POOL_SIZE: usize = 4;
+
+/// One stream's buffers, allocated in `TopMemoryContext` by the pool.
+#[derive(Clone, Copy)]
+struct Buffers {
+    buf: *mut u8,
+    index: *mut EntryPos,
+}
+
+thread_local! {
+    /// The pool: buffer sets spare, and those lent to live streams.
+    static POOL: std::cell::RefCell<(Vec<Buffers>, Vec<Buffers>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Buffers for a new stream: a spare set, a new set while the pool has
+/// fewer than [`POOL_SIZE`], else `None` (the caller pallocs its own).
+///
+/// # Safety
+/// Backend; `buf_cap` and `index_cap` are the same for every call (the
+/// channel buffer size is fixed at server start).
+unsafe fn lend_buffers(buf_cap: usize, index_cap: usize) -> Option<Buffers> {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let set = match p.0.pop() {
+            Some(set) => set,
+            None if p.0.len() + p.1.len() < POOL_SIZE => Buffers {
+                buf: pg_sys::MemoryContextAlloc(pg_sys::TopMemoryContext, buf_cap) as *mut u8,
+                index: pg_sys::MemoryContextAlloc(pg_sys::TopMemoryContext, index_cap * std::mem::size_of::<EntryPos>())
+                    as *mut EntryPos,
+            },
+            None => return None,
+        };
+        p.1.push(set);
+        Some(set)
+    })
+}
+
+/// A stream gives its pooled buffers back.
+fn return_buffers(buf: *mut u8) {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if let Some(i) = p.1.iter().position(|set| set.buf == buf) {
+            let set = p.1.swap_remove(i);
+            p.0.push(set);
+        }
+    });
+}
+
+/// At the abort of the top-level transaction every stream is dead (their
+/// scans' memory goes with it, and `free` is never called for a scan an
+/// ERROR ended): the buffers still lent become spare.
+pub fn reclaim_buffers_at_abort() {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let lent = std::mem::take(&mut p.1);
+        p.0.extend(lent);
+    });
 }
 
 /// The row an MVCC scan or fetch handed out last, while the bytes it points
@@ -190,16 +261,35 @@ impl RowStream {
     /// # Safety
     /// Allocates in `CurrentMemoryContext`; must run in a backend.
     pub unsafe fn new(cf: CfRef) -> RowStream {
+        Self::with_buffers(cf, true)
+    }
+
+    /// A stream that lives as long as the backend (allocated in
+    /// `TopMemoryContext`, never freed): its buffers are its own, never the
+    /// pool's, which takes back what is lent at every abort.
+    ///
+    /// # Safety
+    /// As [`RowStream::new`], with `TopMemoryContext` current.
+    pub unsafe fn new_permanent(cf: CfRef) -> RowStream {
+        Self::with_buffers(cf, false)
+    }
+
+    unsafe fn with_buffers(cf: CfRef, from_pool: bool) -> RowStream {
         let buf_cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
         let index_cap = buf_cap / protocol::entry_encoded_len(ROW_KEY_LEN, 0) + 1;
         let (lo, hi) = keys::row_range(0, keys::MAX_ROWID + 1);
+        let lent = if from_pool { lend_buffers(buf_cap, index_cap) } else { None };
+        let Buffers { buf, index } = lent.unwrap_or_else(|| Buffers {
+            buf: pg_sys::palloc(buf_cap) as *mut u8,
+            index: pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos,
+        });
         RowStream {
             cf,
             next_start: lo,
             end: hi,
-            buf: pg_sys::palloc(buf_cap) as *mut u8,
+            buf,
             buf_cap,
-            index: pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos,
+            index,
             index_cap,
             count: 0,
             pos: 0,
@@ -229,6 +319,7 @@ impl RowStream {
             ahead_start: lo,
             ahead_per_row: 0,
             ahead_displaced: false,
+            pooled: lent.is_some(),
         }
     }
 
@@ -236,6 +327,12 @@ impl RowStream {
     /// The stream must not be used afterwards.
     pub unsafe fn free(&mut self) {
         bump_epoch();
+        if self.pooled {
+            return_buffers(self.buf);
+            self.buf = std::ptr::null_mut();
+            self.index = std::ptr::null_mut();
+            return;
+        }
         if !self.buf.is_null() {
             pg_sys::pfree(self.buf as *mut _);
             self.buf = std::ptr::null_mut();
