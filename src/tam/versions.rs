@@ -73,8 +73,7 @@ pub unsafe fn walk_raw(
     mut visit: impl FnMut(u64, u32, &[u8]) -> bool,
 ) {
     let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-    // palloc'd: an ERROR inside `visit` leaves it to the memory context.
-    let buf = pg_sys::palloc(cap) as *mut u8;
+    let buf = take_page(cap);
     let mut start = start;
     // Bounded by the range: each turn starts past the previous page's last key.
     'pages: loop {
@@ -101,5 +100,46 @@ pub unsafe fn walk_raw(
             _ => break,
         }
     }
-    pg_sys::pfree(buf as *mut _);
+    give_back_page(buf);
+}
+
+thread_local! {
+    /// The page buffer of [`walk_raw`], allocated once per backend in
+    /// `TopMemoryContext`, and whether a walk is using it. A 64 kB palloc
+    /// per walk (every UPDATE's chain read that the row cache cannot
+    /// answer) is a `malloc` of its own that grows and trims the heap
+    /// (the scans' buffers did the same: HOT_PATH.md §28).
+    static PAGE: std::cell::Cell<(*mut u8, bool)> = const { std::cell::Cell::new((std::ptr::null_mut(), false)) };
+}
+
+/// A page buffer of `cap` bytes: the backend's own when free, else (a walk
+/// within a walk, or one an ERROR ended in this transaction) a palloc'd one
+/// that the memory context frees if an ERROR skips [`give_back_page`].
+unsafe fn take_page(cap: usize) -> *mut u8 {
+    let (page, in_use) = PAGE.with(|p| p.get());
+    if in_use {
+        return pg_sys::palloc(cap) as *mut u8;
+    }
+    let page = if page.is_null() { pg_sys::MemoryContextAlloc(pg_sys::TopMemoryContext, cap) as *mut u8 } else { page };
+    PAGE.with(|p| p.set((page, true)));
+    page
+}
+
+unsafe fn give_back_page(buf: *mut u8) {
+    let (page, _) = PAGE.with(|p| p.get());
+    if buf == page {
+        PAGE.with(|p| p.set((page, false)));
+    } else {
+        pg_sys::pfree(buf as *mut _);
+    }
+}
+
+/// At the end of the top-level transaction no walk is running (a walk is
+/// one synchronous call): the page is free again even if an ERROR left it
+/// marked in use.
+pub fn page_free_at_transaction_end() {
+    PAGE.with(|p| {
+        let (page, _) = p.get();
+        p.set((page, false));
+    });
 }
