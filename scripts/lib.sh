@@ -218,12 +218,16 @@ build_install() {
     cp -p "$so" "$so.new.$$" && mv -f "$so.new.$$" "$so"
   fi
   # Every checkout on a machine shares CARGO_TARGET_DIR (one RocksDB build),
-  # but cargo names the cdylib deps/libpasv.so with no per-checkout hash: after
-  # another checkout (e.g. CI's fresh clone) built there, cargo would call this
-  # checkout's pasv fresh and install the other one's library. Drop it then.
+  # but cargo keys the project's own crates (pasv, pasv_am) by package, not by
+  # checkout: after another checkout (e.g. CI's fresh clone) built there, cargo
+  # would call this checkout's crates fresh when its files are older, and
+  # install the other one's library, or link this pasv against the other's
+  # pasv_am (seen in session 16: "Finished in 0.10 s", the wrong .so). Drop
+  # both crates' fingerprints and outputs then (RocksDB's stay).
   local stamp=$CARGO_TARGET_DIR/release/.pasv-checkout
   if [ "$(cat "$stamp" 2>/dev/null)" != "$PASV_ROOT" ]; then
-    rm -f "$CARGO_TARGET_DIR/release/deps/libpasv.so"
+    rm -rf "$CARGO_TARGET_DIR"/release/.fingerprint/pasv-* "$CARGO_TARGET_DIR"/release/.fingerprint/pasv_am-*
+    rm -f "$CARGO_TARGET_DIR/release/deps/libpasv.so" "$CARGO_TARGET_DIR"/release/deps/libpasv_am-*
     mkdir -p "$CARGO_TARGET_DIR/release"
     printf '%s\n' "$PASV_ROOT" >"$stamp"
   fi

@@ -80,43 +80,31 @@ DROP TABLE q;
 -- writer's lock must not trust the row as its scan read it once another
 -- transaction has written it since (the row locks' write epoch), or the
 -- other session's update would be overwritten. Also for DELETE.
+-- wait_bg(true): until the other session sleeps holding its rows;
+-- wait_bg(false): until it has ended (bounded polls).
+CREATE PROCEDURE wait_bg(sleeping bool) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..500 LOOP
+        EXIT WHEN sleeping = EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg'
+                                     AND (NOT sleeping OR query LIKE '%pg_sleep%'));
+        PERFORM pg_sleep(0.01);
+        PERFORM pg_stat_clear_snapshot();
+    END LOOP;
+END $$;
 CREATE TABLE q2 (id int, v int) USING pasv;
 INSERT INTO q2 SELECT g, 0 FROM generate_series(1, 50) g;
 \! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "SET application_name = 'pasv_bg'" -c "BEGIN" -c "UPDATE q2 SET v = v + 10 WHERE id IN (6, 7)" -c "SELECT pg_sleep(1)" -c "COMMIT" > /dev/null 2>&1 &
-DO $$ BEGIN
-    FOR i IN 1..500 LOOP
-        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
-        PERFORM pg_sleep(0.01);
-        PERFORM pg_stat_clear_snapshot();
-    END LOOP;
-END $$;
+CALL wait_bg(true);
 UPDATE q2 SET v = v + 1 WHERE id BETWEEN 5 AND 8;
-DO $$ BEGIN
-    FOR i IN 1..500 LOOP
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
-        PERFORM pg_sleep(0.01);
-        PERFORM pg_stat_clear_snapshot();
-    END LOOP;
-END $$;
+CALL wait_bg(false);
 SELECT id, v FROM q2 WHERE id BETWEEN 4 AND 9 ORDER BY id;
 \! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "SET application_name = 'pasv_bg'" -c "BEGIN" -c "UPDATE q2 SET v = 100 WHERE id = 20" -c "SELECT pg_sleep(1)" -c "COMMIT" > /dev/null 2>&1 &
-DO $$ BEGIN
-    FOR i IN 1..500 LOOP
-        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg' AND query LIKE '%pg_sleep%');
-        PERFORM pg_sleep(0.01);
-        PERFORM pg_stat_clear_snapshot();
-    END LOOP;
-END $$;
+CALL wait_bg(true);
 DELETE FROM q2 WHERE id BETWEEN 19 AND 21 AND v < 100 RETURNING id, v;
-DO $$ BEGIN
-    FOR i IN 1..500 LOOP
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pasv_bg');
-        PERFORM pg_sleep(0.01);
-        PERFORM pg_stat_clear_snapshot();
-    END LOOP;
-END $$;
+CALL wait_bg(false);
 SELECT id, v FROM q2 WHERE id BETWEEN 18 AND 22 ORDER BY id;
 DROP TABLE q2;
+DROP PROCEDURE wait_bg(bool);
 
 -- Row locks are taken in shared memory; a transaction that locks more rows
 -- than a bucket holds spills the rest to the engine's lock table. Another

@@ -93,14 +93,7 @@ impl Chain {
         let mut chain = Chain { versions: Vec::new(), head_only: false };
         for (key, value) in versions {
             let (rowid, version) = keys::decode_row_key(key)?;
-            let header = match RowHeader::decode(value) {
-                Ok((h, _)) => h,
-                Err(e) => error::raise(
-                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: locking a row of {}: bad row header at rowid {rowid}: {e}", rel_name(rel)),
-                    "The table's RocksDB data is damaged; restore from a backup.",
-                ),
-            };
+            let header = locked_row_header(value, rowid, rel);
             if !chain.push(version, header, value) {
                 return Some(chain);
             }
@@ -114,15 +107,8 @@ impl Chain {
     /// which then removes the version just below a head every snapshot
     /// sees ([`Chain::dead_versions`]). `None` if the version's creator
     /// aborted (older versions decide then: read them).
-    unsafe fn from_scan(version: u32, value: &[u8], rel: pg_sys::Relation) -> Option<Chain> {
-        let header = match RowHeader::decode(value) {
-            Ok((h, _)) => h,
-            Err(e) => error::raise(
-                PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                format!("pasv: locking a row of {}: bad row header: {e}", rel_name(rel)),
-                "The table's RocksDB data is damaged; restore from a backup.",
-            ),
-        };
+    unsafe fn from_scan(rowid: u64, version: u32, value: &[u8], rel: pg_sys::Relation) -> Option<Chain> {
+        let header = locked_row_header(value, rowid, rel);
         let mut chain = Chain { versions: Vec::new(), head_only: true };
         chain.push(version, header, value);
         (chain.head() == Some(0)).then_some(chain)
@@ -196,6 +182,19 @@ impl Chain {
             }
         }
         dead
+    }
+}
+
+/// The header of a stored version of row `rowid` of `rel` that a lock
+/// brought or vouched for; ERROR (DATA_CORRUPTED) if it does not decode.
+unsafe fn locked_row_header(value: &[u8], rowid: u64, rel: pg_sys::Relation) -> RowHeader {
+    match RowHeader::decode(value) {
+        Ok((h, _)) => h,
+        Err(e) => error::raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("pasv: locking a row of {}: bad row header at rowid {rowid}: {e}", rel_name(rel)),
+            "The table's RocksDB data is damaged; restore from a backup.",
+        ),
     }
 }
 
@@ -356,7 +355,7 @@ unsafe fn lock_row(
         };
         if outcome.granted {
             let chain = match &scanned {
-                Some((version, value, _)) if outcome.unchanged => Chain::from_scan(*version, value, rel),
+                Some((version, value, _)) if outcome.unchanged => Chain::from_scan(rowid, *version, value, rel),
                 _ if read_chain => Chain::from_lock(&outcome.versions, outcome.more, rel),
                 _ => None,
             };
