@@ -141,7 +141,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
             crate::tam::forget_cached_rows();
-            crate::tam::versions::page_free_at_transaction_end();
+            crate::tam::buffers_at_transaction_end(false);
             engine_client::owed_clear(); // settled at pre-commit
             crate::row_locks::release_at_commit(crate::flushflag::after_commit);
             finish_levels(0, When::Commit);
@@ -149,8 +149,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             crate::tam::forget_cached_rows();
-            crate::tam::after_top_abort();
-            crate::tam::versions::page_free_at_transaction_end();
+            crate::tam::buffers_at_transaction_end(true);
             engine_client::discard_pending();
             engine_client::owed_clear();
             crate::flushflag::after_abort();
@@ -163,6 +162,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
             // The prepared transaction keeps its locks and drops (in its
             // state file): nothing is released or run here.
             crate::tam::forget_cached_rows();
+            crate::tam::buffers_at_transaction_end(false);
             engine_client::owed_clear();
             crate::two_phase::after_prepare();
             PENDING.with(|p| p.borrow_mut().clear());

@@ -251,10 +251,15 @@ pub(crate) fn forget_cached_rows() {
     rowops::forget_deleted_row();
 }
 
-/// At the abort of the top-level transaction: the scans' pooled buffers
-/// that an ERROR left lent are spare again (`stream`'s module notes).
-pub(crate) fn after_top_abort() {
-    stream::reclaim_buffers_at_abort();
+/// At the end of the top-level transaction: `versions::walk`'s page is free
+/// again (no walk runs across it), and at an abort, which ends every scan,
+/// so are the scans' pooled buffers that an ERROR left lent (`stream`'s
+/// module notes; a scan may outlive a commit in a portal kept open).
+pub(crate) fn buffers_at_transaction_end(aborted: bool) {
+    versions::page_free_at_transaction_end();
+    if aborted {
+        stream::reclaim_buffers_at_abort();
+    }
 }
 
 /// Register the relcache callback that empties the table AM's caches of

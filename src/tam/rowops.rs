@@ -275,13 +275,6 @@ unsafe fn take_locked_chain(cf: CfRef, rowid: u64) -> Option<Chain> {
     (locked.cf == cf && locked.rowid == rowid && locked.xid == xid && xid != 0).then_some(locked.chain)
 }
 
-/// Whether `tuple_lock` left the chain of row `rowid` of `cf` under this
-/// transaction's exclusive lock (see [`LockedChain`]).
-unsafe fn holds_locked_chain(cf: CfRef, rowid: u64) -> bool {
-    let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
-    LOCKED_CHAIN.with(|l| l.borrow().as_ref().is_some_and(|x| x.cf == cf && x.rowid == rowid && x.xid == xid && xid != 0))
-}
-
 /// SnapshotAny re-fetch of the row `tuple_lock` just locked: its head, from
 /// the chain read under the lock. False if there is none to answer from.
 pub(super) unsafe fn locked_head_into_slot(rel: pg_sys::Relation, rowid: u64, slot: *mut pg_sys::TupleTableSlot) -> bool {
@@ -345,10 +338,10 @@ unsafe fn lock_row(
     tid_from_rowid(rowid, &mut tid);
     // Each retry follows a wait for a transaction that has ended by then, so
     // the loop ends when the lock frees; a stuck engine errors out.
+    // The head and the version after it: what Chain::read reads first.
+    let read = if read_chain { 2 } else { 0 };
+    let seen = scanned.as_ref().map(|&(_, _, write_epoch)| write_epoch);
     loop {
-        // The head and the version after it: what Chain::read reads first.
-        let read = if read_chain { 2 } else { 0 };
-        let seen = scanned.as_ref().map(|&(_, _, write_epoch)| write_epoch);
         let outcome = match crate::row_locks::lock(cf, rowid, xid, mode, evict, read, seen) {
             Ok(o) => o,
             Err(e) => e.raise(&format!("locking a row of {}", rel_name(rel))),
@@ -385,22 +378,22 @@ unsafe fn lock_row(
 }
 
 /// The exclusive row lock an UPDATE or DELETE needs, with the row's chain:
-/// from the last `tuple_lock` when it locked this very row (EvalPlanQual),
-/// else from the engine.
+/// from the last `tuple_lock` when it locked this very row (EvalPlanQual,
+/// ON CONFLICT DO UPDATE; then also `true`), else from the engine.
 unsafe fn lock_for_write(
     rel: pg_sys::Relation,
     cf: CfRef,
     rowid: u64,
     on_conflict: OnConflict,
     oper: pg_sys::XLTW_Oper::Type,
-) -> LockResult {
+) -> (LockResult, bool) {
     match take_locked_chain(cf, rowid) {
         // Held since tuple_lock; the chain read under it is still the row's.
         Some(chain) => {
             super::stream::forget_last_row();
-            LockResult::Held { already: true, chain: Some(chain) }
+            (LockResult::Held { already: true, chain: Some(chain) }, true)
         }
-        None => lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, oper, true),
+        None => (lock_row(rel, cf, rowid, LockMode::Exclusive, on_conflict, oper, true), false),
     }
 }
 
@@ -689,7 +682,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(tid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete) {
+    let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Delete).0 {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);
@@ -738,10 +731,10 @@ pub unsafe extern "C-unwind" fn tuple_update(
     let cf = cf_of(rel);
     let Some(rowid) = rowid_from_tid(otid) else { return pg_sys::TM_Result::TM_Invisible };
     let on_conflict = if wait { OnConflict::Wait } else { OnConflict::Report };
-    // Locked by tuple_lock just before (ON CONFLICT DO UPDATE, EvalPlanQual):
-    // the new version shows the lock in xmax, as heap's does.
-    let relocked = holds_locked_chain(cf, rowid);
-    let (already, locked_chain) = match lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Update) {
+    // `relocked`: locked by tuple_lock just before (ON CONFLICT DO UPDATE,
+    // EvalPlanQual): the new version shows the lock in xmax, as heap's does.
+    let (locked, relocked) = lock_for_write(rel, cf, rowid, on_conflict, pg_sys::XLTW_Oper::XLTW_Update);
+    let (already, locked_chain) = match locked {
         LockResult::Held { already, chain } => (already, chain),
         LockResult::Busy { holder } => {
             fill_tmfd(tmfd, rowid, u64::from(holder), INVALID_COMMAND_ID);

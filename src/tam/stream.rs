@@ -431,7 +431,6 @@ impl RowStream {
         // Before anything is read: a row lock granted later compares it
         // with the end of the row's last writer (`last_row_newest`).
         let write_epoch = crate::row_locks::write_epoch();
-        let ahead_write_epoch = self.ahead_write_epoch;
         // SAFETY: buf has buf_cap bytes, allocated in new().
         let dest = std::slice::from_raw_parts_mut(self.buf, self.buf_cap);
         // One version per row on ranges: the newest decides nearly always;
@@ -461,7 +460,7 @@ impl RowStream {
             Some(c) => c,
             None => match self.take_ahead(dest, doing) {
                 Some(c) => {
-                    self.batch_write_epoch = ahead_write_epoch;
+                    self.batch_write_epoch = self.ahead_write_epoch;
                     c
                 }
                 None => {
