@@ -73,6 +73,8 @@ fn engine_stats() -> TableIterator<'static, (name!(counter, String), name!(value
         ("service_thread_sleeps", EngineStat::Sleeps),
         ("service_thread_wakes", EngineStat::DoorbellWakes),
         ("backend_wakes", EngineStat::BackendWakes),
+        ("service_thread_yields", EngineStat::PollYields),
+        ("service_thread_yields_busy", EngineStat::BusyYields),
     ]
     .map(|(n, stat)| (n.to_string(), h.engine_stat(stat) as i64));
     let sum = |counter: fn(&crate::ipc::SlotStats) -> &std::sync::atomic::AtomicU64| -> i64 {

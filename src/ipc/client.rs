@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 const ANSWER_SPIN: Duration = Duration::from_micros(10);
 /// How long the one backend allowed to (see `wait_done`) spins in all.
 const LONG_ANSWER_SPIN: Duration = Duration::from_micros(120);
+/// How long the long spin spins between two yields.
+const YIELD_EVERY: Duration = Duration::from_micros(4);
 /// Upper bound on one futex sleep: interrupts and engine death are checked
 /// at least this often.
 const WAIT_BOUND: Duration = Duration::from_millis(10);
@@ -210,6 +212,21 @@ fn spin_until_done(slot: &super::SlotHeader, start: Instant, until: Duration) ->
     }
 }
 
+/// [`spin_until_done`] in short stretches with a yield between them,
+/// stopping early (false) once a yield shows that another thread wanted
+/// the core: that thread may be the engine's, with the answer.
+fn spin_while_core_free(slot: &super::SlotHeader, start: Instant, until: Duration) -> bool {
+    // Bounded by `until`: every turn spins or reads the clock.
+    loop {
+        if spin_until_done(slot, Instant::now(), YIELD_EVERY) {
+            return true;
+        }
+        if start.elapsed() >= until || !futex::yield_core() {
+            return slot.state.load(Ordering::Acquire) == DONE;
+        }
+    }
+}
+
 /// Wait until slot `i` is DONE; whether the wait slept.
 fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     let slot = chan.slot(i);
@@ -226,7 +243,7 @@ fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
     let h = chan.header();
     if h.waiters.waiting_calls.load(Ordering::Relaxed) <= 1 {
         let first = h.waiters.long_spinners.fetch_add(1, Ordering::SeqCst) == 0;
-        let answered = first && spin_until_done(slot, start, LONG_ANSWER_SPIN);
+        let answered = first && spin_while_core_free(slot, start, LONG_ANSWER_SPIN);
         h.waiters.long_spinners.fetch_sub(1, Ordering::SeqCst);
         if answered {
             return Ok(false);

@@ -303,6 +303,10 @@ pub enum EngineStat {
     DoorbellWakes,
     /// Futex wakes of a backend sleeping for its answer.
     BackendWakes,
+    /// Yields of a polling service thread.
+    PollYields,
+    /// Of those, yields in which another thread took the core.
+    BusyYields,
 }
 
 impl ChannelHeader {

@@ -25,6 +25,10 @@ const FOLLOWER_MAX_SPIN: Duration = Duration::from_micros(50);
 const MIN_SPIN: Duration = Duration::from_micros(4);
 /// Idle polls between two clock reads (a poll reads a few bitmap words).
 const POLLS_PER_CLOCK_READ: u32 = 16;
+/// Yields in a row that let another thread run after which a polling
+/// thread sleeps: one alone happens at a single client too (its pgbench
+/// wants the core now and then), where polling pays.
+const BUSY_YIELDS: u32 = 3;
 /// Upper bound on one doorbell sleep, so `stop` is noticed even without a wake.
 const SLEEP_BOUND: Duration = Duration::from_millis(100);
 
@@ -44,6 +48,8 @@ pub fn serve(
     let mut idle_polls = 0u32;
     let mut idle_since: Option<Instant> = None;
     let mut spin = AdaptiveSpin::new();
+    // Yields in a row that another thread took the core in.
+    let mut busy_yields = 0u32;
     // Counted in `idle_pollers` while polling with nothing to do.
     let mut polling = false;
 
@@ -77,6 +83,7 @@ pub fn serve(
                 spin.idle_ended(since.elapsed());
             }
             idle_polls = 0;
+            busy_yields = 0;
             continue;
         }
         if !polling {
@@ -94,15 +101,26 @@ pub fn serve(
         // with more runnable threads than cores a pure spin starved them
         // (perf, a DELETE of 100 000 of 1 M rows: `serve`'s polling 16 % of
         // all samples while the backend waited 42 % of its time). With
-        // nothing else runnable the yield returns at once.
-        std::thread::yield_now();
-        if idle_for < spin.limit().min(FOLLOWER_MAX_SPIN) {
-            continue;
-        }
+        // nothing else runnable the yield returns at once; when it did not,
+        // polling takes a core that a backend wants (TPC-B at 8 clients on
+        // 2 cores: the service threads' polls and yields were 10 % of all
+        // CPU): the thread sleeps, and the next submit wakes one.
+        header.count(super::EngineStat::PollYields);
+        busy_yields = if super::futex::yield_core() {
+            0
+        } else {
+            header.count(super::EngineStat::BusyYields);
+            busy_yields + 1
+        };
+        let core_free = busy_yields < BUSY_YIELDS;
         // One thread at a time keeps polling for longer (the leader).
         let me = thread_index as u32 + 1;
         let leader = header.servers.spinning_server.load(Ordering::Relaxed);
-        if idle_for < spin.limit()
+        if core_free && leader == 0 && idle_for < spin.limit().min(FOLLOWER_MAX_SPIN) {
+            continue;
+        }
+        if core_free
+            && idle_for < spin.limit()
             && (leader == me
                 || leader == 0
                     && header.servers.spinning_server.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok())
@@ -119,6 +137,7 @@ pub fn serve(
         header.count(super::EngineStat::Sleeps);
         // A submit after `seen` changed the doorbell: the wait returns at once.
         futex::wait(&header.doorbell, seen, SLEEP_BOUND);
+        busy_yields = 0;
         header.servers.sleeping_servers.fetch_sub(1, Ordering::SeqCst);
         // The idle period goes on (`idle_since` stays) until work is found:
         // its whole length is what a longer poll would have had to cover.
