@@ -60,6 +60,8 @@ pub const MAX_WINDOW_ROWS: u64 = 64;
 /// a 1 M-row table that fits did not, and each such row cost a round trip
 /// per read).
 pub const WAYS: usize = 64;
+/// Consecutive rowids placed in consecutive sets ([`RowCache::place`]).
+const RUN: u64 = 64;
 /// Bytes per way.
 pub const WAY_BYTES: usize = 128;
 const WAY_WORDS: usize = WAY_BYTES / 8;
@@ -246,9 +248,17 @@ impl RowCache {
     }
 
     /// The set of row `rowid` of `cf`, and its tag in that set.
+    /// A run of [`RUN`] consecutive rowids goes to consecutive sets from
+    /// a set the run's hash picks: a set still receives rows of as many
+    /// runs as it would receive rows at random (so sets fill as evenly as
+    /// before), while a range read walks adjacent memory, whose page-table
+    /// entries share cache lines (a lookup was bound by the TLB miss of its
+    /// first touch: `src/ipc/HOT_PATH.md` §30).
     fn place(&self, cf: CfRef, rowid: u64) -> (usize, u16) {
-        let hash = crate::keys::row_hash(cf.db, cf.rel, rowid);
-        ((hash % self.sets as u64) as usize, tag_of(hash))
+        let sets = self.sets as u64;
+        let run = crate::keys::row_hash(cf.db, cf.rel, rowid / RUN);
+        let index = (run % sets + rowid % RUN) % sets;
+        (index as usize, tag_of(crate::keys::row_hash(cf.db, cf.rel, rowid)))
     }
 
     /// Counts a lookup's outcome.

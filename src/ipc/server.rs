@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 /// futex wake of the engine and, once its own spin ran out, one of itself
 /// (session 4: 92 % of a single client's TPC-B round trips slept).
 const LEADER_MAX_SPIN: Duration = Duration::from_micros(500);
-/// Longest poll of the other threads (within the same adaptive limit): on
-/// a 2-core machine a polling thread takes the CPU from the backends it
-/// serves.
+/// Longest poll of the other threads while no leader polls (within the
+/// same adaptive limit); while one does, they sleep after their first clock
+/// read and a submit that finds nobody polling wakes one: on a 2-core
+/// machine a polling thread takes the CPU from the backends it serves.
 const FOLLOWER_MAX_SPIN: Duration = Duration::from_micros(50);
 /// Shortest poll: what the adaptive limit can fall to.
 const MIN_SPIN: Duration = Duration::from_micros(4);
