@@ -221,7 +221,13 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
                     .name(format!("pasv-serve-{t}"))
                     .spawn(move || {
                         pasv_am::server::prepare_service_thread();
-                        server::serve(chan, &stop, t, |req, resp| pasv_am::server::handle(&engine, req, resp))
+                        server::serve(
+                            chan,
+                            &stop,
+                            t,
+                            |req, resp| pasv_am::server::handle(&engine, req, resp),
+                            || pasv_am::server::after_reply(&engine),
+                        )
                     })
                     .expect("spawn pasv service thread")
             })

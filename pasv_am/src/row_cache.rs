@@ -62,6 +62,9 @@ pub const MAX_WINDOW_ROWS: u64 = 64;
 pub const WAYS: usize = 64;
 /// Consecutive rowids placed in consecutive sets ([`RowCache::place`]).
 const RUN: u64 = 64;
+/// Free ways a set needs for a miss to warm its run
+/// ([`RowCache::run_to_warm`]).
+const WARM_ROOM: usize = 8;
 /// Bytes per way.
 pub const WAY_BYTES: usize = 128;
 const WAY_WORDS: usize = WAY_BYTES / 8;
@@ -376,6 +379,11 @@ impl RowCache {
     /// newest [`PER_ROW`] versions of row `rowid` of `cf`, read after
     /// `ticket` was taken), unless a write into the set came between.
     pub fn fill(&self, ticket: Ticket, cf: CfRef, rowid: u64, answer: &[u8]) {
+        self.fill_in(ticket, cf, rowid, answer, true);
+    }
+
+    /// [`RowCache::fill`], evicting nothing when `may_evict` is false.
+    fn fill_in(&self, ticket: Ticket, cf: CfRef, rowid: u64, answer: &[u8], may_evict: bool) {
         let Some((entries, more)) = entries_of(answer) else { return };
         let complete = !more && entries.len() < PER_ROW as usize;
         if answer.len() > MAX_ANSWER || entries.is_empty() {
@@ -393,10 +401,26 @@ impl RowCache {
             return;
         }
         if self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_none() {
-            self.store(set, cf, rowid, ticket.tag, ticket.generation, answer, complete);
+            self.store_in(set, cf, rowid, ticket.tag, ticket.generation, answer, complete, may_evict);
             self.header().counters.add(FILLS, 1);
         }
         set.lock.store(ticket.version, Ordering::SeqCst);
+    }
+
+    /// After a one-row read of row `rowid` of `cf` missed the cache: the
+    /// run of rows around it (`[lo, hi)`, the [`RUN`] rowids placed in
+    /// adjacent sets) worth reading to cache them too, if the run's sets
+    /// have room. Heap reads a page of rows on a miss, so a freshly started
+    /// server warms by pages; one row per miss left pasv's cache cold for
+    /// a long time after a restart (TPC-B: a miss a transaction for
+    /// minutes). With no room nothing is read: a full cache is not churned.
+    pub fn run_to_warm(&self, cf: CfRef, rowid: u64) -> Option<(u64, u64)> {
+        let lo = rowid - rowid % RUN;
+        let hi = lo.checked_add(RUN)?;
+        let probe = if rowid + 1 < hi { rowid + 1 } else { lo };
+        let (index, _) = self.place(cf, probe);
+        let used = self.set(index).occupied.load(Ordering::Relaxed).count_ones() as usize;
+        (used + WARM_ROOM <= WAYS).then_some((lo, hi))
     }
 
     /// Before a window read of rows `[lo, hi)` of `cf` (at most
@@ -413,6 +437,17 @@ impl RowCache {
     /// would the row's one-row read. A row is complete when the answer holds
     /// fewer than `per_row` of its versions and goes on past it.
     pub fn fill_window(&self, tickets: &[Option<Ticket>], cf: CfRef, lo: u64, per_row: u32, answer: &[u8]) {
+        self.fill_window_in(tickets, cf, lo, per_row, answer, true);
+    }
+
+    /// [`RowCache::fill_window`] into free ways only: for rows nobody asked
+    /// for yet ([`RowCache::run_to_warm`]), which must not push out rows
+    /// that were.
+    pub fn warm_window(&self, tickets: &[Option<Ticket>], cf: CfRef, lo: u64, per_row: u32, answer: &[u8]) {
+        self.fill_window_in(tickets, cf, lo, per_row, answer, false);
+    }
+
+    fn fill_window_in(&self, tickets: &[Option<Ticket>], cf: CfRef, lo: u64, per_row: u32, answer: &[u8], may_evict: bool) {
         let Some((entries, more)) = entries_of(answer) else { return };
         let mut buf = [0u8; MAX_ANSWER];
         let mut rest = &entries[..];
@@ -424,7 +459,7 @@ impl RowCache {
             let complete = n < per_row as usize && !(rest.is_empty() && more);
             let ticket = rowid.checked_sub(lo).and_then(|i| tickets.get(i as usize)).copied().flatten();
             if let (Some(ticket), Some(len)) = (ticket, encode_answer(row, !complete, &mut buf)) {
-                self.fill(ticket, cf, rowid, &buf[..len]);
+                self.fill_in(ticket, cf, rowid, &buf[..len], may_evict);
             }
         }
     }
@@ -800,7 +835,7 @@ pub fn cached_read(start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> 
 const _: () = assert!(MAX_ANSWER <= u16::MAX as usize && RESPONSE_HEADER_LEN < WAY_BYTES);
 // A tag mask fits a u64; sets and the header are whole cache lines (the
 // region starts on one).
-const _: () = assert!(WAYS <= 64 && WAYS % 4 == 0);
+const _: () = assert!(WAYS <= 64 && WAYS % 4 == 0 && RUN == MAX_WINDOW_ROWS);
 const _: () = assert!(std::mem::size_of::<Set>() % 64 == 0 && std::mem::size_of::<Header>() % 64 == 0);
 
 #[cfg(test)]
@@ -820,6 +855,24 @@ mod tests {
         // SAFETY: zeroed, aligned, owned by the Region for the test's length.
         let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
         Region(mem, cache)
+    }
+
+    /// A miss warms its run only while the run's sets have room: a full
+    /// cache is not churned by reads nobody asked for.
+    #[test]
+    fn a_run_is_warmed_only_into_room() {
+        let r = cache(1);
+        let c = r.1;
+        assert_eq!(c.run_to_warm(T, 70), Some((64, 128)));
+        let value = vec![7u8; 40];
+        let mut rowid = 1000;
+        while c.run_to_warm(T, 70).is_some() {
+            c.write(T, rowid, &[RowOp { key: &row_key(rowid, 0), value: Some(&value) }], true);
+            rowid += 1;
+            assert!(rowid < 1000 + WAYS as u64, "the set fills");
+        }
+        let used = c.set(0).occupied.load(Ordering::Relaxed).count_ones() as usize;
+        assert!(used + WARM_ROOM > WAYS);
     }
 
     fn answer(entries: &[([u8; ROW_KEY_LEN], Vec<u8>)], more: bool) -> Vec<u8> {

@@ -34,6 +34,48 @@ pub fn prepare_service_thread() {
     rocksdb::perf::set_perf_stats(rocksdb::perf::PerfStatsLevel::Disable);
 }
 
+thread_local! {
+    /// A run of rows the last request found worth caching
+    /// (`RowCache::run_to_warm`), read by [`after_reply`].
+    static TO_WARM: std::cell::Cell<Option<(crate::protocol::CfRef, (u64, u64))>> = const { std::cell::Cell::new(None) };
+    /// The answer buffer of those reads.
+    static WARM_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Bytes of the buffer a warming read answers into: a run's rows with
+/// [`row_cache::WINDOW_PER_ROW`] versions each, as large as they come
+/// (a row that does not fit is simply not warmed).
+const WARM_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Work the last request left for after its answer was published, so the
+/// backend does not wait for it: caching the run of rows around a row
+/// whose one-row read missed the cache, read with tickets like any fill
+/// (`row_cache.rs` invariants) and installed into free ways only. Errors
+/// and panics are dropped: the cache is only a hint.
+pub fn after_reply(engine: &Engine) {
+    let Some((cf, (lo, hi))) = TO_WARM.with(|w| w.take()) else { return };
+    let Some(cache) = engine.row_cache() else { return };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let mut tickets = [None; row_cache::MAX_WINDOW_ROWS as usize];
+        cache.window_tickets(cf, lo, hi, &mut tickets);
+        let (start, end) = crate::keys::row_range(lo, hi);
+        WARM_BUFFER.with(|b| {
+            let mut buf = b.borrow_mut();
+            buf.resize(WARM_BUFFER_BYTES, 0);
+            let mut writer = ScanWriter::new(&mut buf[..], 0);
+            if let Ok(more) = engine.scan_rows(cf, &start, &end, row_cache::WINDOW_PER_ROW, &mut writer) {
+                let len = writer.finish(more);
+                cache.warm_window(&tickets, cf, lo, row_cache::WINDOW_PER_ROW, &buf[..len]);
+            }
+        });
+    }));
+}
+
+/// Whether an encoded `Entries` answer holds any entry.
+fn has_entries(answer: &[u8]) -> bool {
+    matches!(crate::protocol::decode_response(answer), Ok(Response::Entries { batch, .. }) if !batch.is_empty())
+}
+
 /// Decodes `request`, executes it, and encodes the answer into `response`.
 /// Returns the response length (0 only if `response` is shorter than
 /// [`MIN_RESPONSE_LEN`], in which case nothing was executed).
@@ -179,6 +221,11 @@ fn execute(
             let len = writer.finish(more);
             if let Some((cache, rowid, ticket)) = fill {
                 cache.fill(ticket, cf, rowid, &response[..len]);
+                // The row exists (a fill needs versions): its neighbours
+                // likely do too. Read after the reply ([`after_reply`]).
+                if let Some(run) = cache.run_to_warm(cf, rowid).filter(|_| has_entries(&response[..len])) {
+                    TO_WARM.with(|w| w.set(Some((cf, run))));
+                }
             }
             if let Some((cache, lo)) = window {
                 cache.fill_window(&tickets, cf, lo, per_row, &response[..len]);
@@ -535,6 +582,39 @@ mod tests {
             error_code(&call(&engine, &Request::CfInfo(T), 16)),
             ErrorCode::TooLarge
         );
+    }
+
+    /// A one-row read that missed the row cache caches its row, and after
+    /// the answer the rest of the row's run (into free ways); a read of a
+    /// row that was never written warms nothing.
+    #[test]
+    fn a_missed_row_read_warms_its_run_after_the_answer() {
+        use crate::engine::test_support::{config, put_rows};
+        use crate::row_cache::{region_bytes, RowCache, PER_ROW};
+        let dir = TempDir::new();
+        let bytes = region_bytes(512);
+        let mut mem = vec![0u64; bytes.div_ceil(8)];
+        // SAFETY: zeroed, aligned, owned by `mem` for the test's length.
+        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+        let mut cfg = config(&dir);
+        cfg.row_cache = Some(cache);
+        let engine = Engine::open(cfg).unwrap();
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
+        put_rows(&engine, T, 0..200); // unlogged writes (lsn 0) cache nothing
+        let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
+        assert!(!(0..200).any(cached));
+        let read = |rowid: u64| {
+            let (start, end) = row_range(rowid, rowid + 1);
+            call(&engine, &Request::Scan { cf: T, start: &start, end: &end, max_entries: 0, per_row: PER_ROW }, 4096)
+        };
+        read(70);
+        assert!(cached(70) && !cached(71), "the answer caches its own row");
+        after_reply(&engine);
+        assert!((64..128).all(cached), "then its run of 64 rows");
+        assert!(!cached(63) && !cached(128), "and nothing beyond it");
+        read(300);
+        after_reply(&engine);
+        assert!(!(256..320).any(cached), "a row never written warms nothing");
     }
 
     #[test]

@@ -33,14 +33,16 @@ const BUSY_YIELDS: u32 = 3;
 /// Upper bound on one doorbell sleep, so `stop` is noticed even without a wake.
 const SLEEP_BOUND: Duration = Duration::from_millis(100);
 
-/// Serve requests until `stop` is set. `thread_index` spreads the threads'
-/// start points in the submitted bitmap so they do not all race for the
-/// same slots.
+/// Serve requests until `stop` is set, calling `after_reply` after each
+/// answer is published (work the backend need not wait for).
+/// `thread_index` spreads the threads' start points in the submitted bitmap
+/// so they do not all race for the same slots.
 pub fn serve(
     chan: Channel,
     stop: &AtomicBool,
     thread_index: usize,
     mut handle: impl FnMut(&[u8], &mut [u8]) -> usize,
+    mut after_reply: impl FnMut(),
 ) {
     let header = chan.header();
     let words = chan.submitted_words();
@@ -71,6 +73,7 @@ pub fn serve(
                     continue; // another service thread took it
                 }
                 serve_slot(chan, w * 64 + bit.trailing_zeros() as usize, &mut request, &mut handle);
+                after_reply();
                 served_any = true;
             }
         }
