@@ -12,6 +12,12 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: impl Into<S
     unreachable!("ERROR returned")
 }
 
+/// [`raise`] with a DETAIL.
+pub fn raise_with_detail(code: PgSqlErrorCode, message: impl Into<String>, detail: impl Into<String>, hint: impl Into<String>) -> ! {
+    ErrorReport::new(code, message.into(), "pasv").set_detail(detail).set_hint(hint).report(PgLogLevel::ERROR);
+    unreachable!("ERROR returned")
+}
+
 /// Write a LOG line with a HINT to the server log (workers' conditions an
 /// administrator must act on).
 pub fn log(code: PgSqlErrorCode, message: impl Into<String>, hint: impl Into<String>) {

@@ -418,6 +418,29 @@ unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing:
     }
 }
 
+/// An UPDATE or DELETE found, under the row lock, no version of the row
+/// it was sent to that a live transaction created: heap's "attempted to
+/// update/delete invisible tuple" (it raises that error itself; the
+/// executor has no case for `TM_Invisible` and would say only
+/// "unrecognized status"). The DETAIL lists what the chain read held.
+unsafe fn invisible_row(rel: pg_sys::Relation, rowid: u64, chain: &Chain, what: &str) -> ! {
+    let versions: Vec<String> = chain
+        .versions
+        .iter()
+        .map(|v| format!("v{} xid {} {:?} flags {:#x}", v.version, v.header.xid, v.creator, v.header.flags))
+        .collect();
+    error::raise_with_detail(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("attempted to {what} invisible tuple"),
+        format!(
+            "pasv table {}, rowid {rowid}: no live version under the row lock (read: {}).",
+            rel_name(rel),
+            if versions.is_empty() { "none".to_string() } else { versions.join(", ") }
+        ),
+        "Retry the transaction. If it recurs, report it as a pasv bug with this detail.",
+    )
+}
+
 fn fill_tmfd(tmfd: *mut pg_sys::TM_FailureData, ctid_rowid: u64, xmax: u64, cmax: pg_sys::CommandId) {
     // SAFETY: tmfd comes from the executor and is valid for writes.
     unsafe {
@@ -691,6 +714,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
     };
     let chain = read_locked_chain(rel, cf, rowid, "deleting from", locked_chain);
     let result = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
+        Check::Result(pg_sys::TM_Result::TM_Invisible) => invisible_row(rel, rowid, &chain, "delete"),
         Check::Result(r) => r,
         Check::Proceed(h) => {
             super::ssi::conflict_in(rel, Some(rowid));
@@ -743,6 +767,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
     };
     let chain = read_locked_chain(rel, cf, rowid, "updating", locked_chain);
     let h = match check_modifiable(&chain, rowid, cid, snapshot, crosscheck, already, tmfd) {
+        Check::Result(pg_sys::TM_Result::TM_Invisible) => invisible_row(rel, rowid, &chain, "update"),
         Check::Result(r) => {
             return r;
         }
