@@ -11,6 +11,10 @@
 //!   gets an error reply, never a crash").
 //! * A request is not executed when its answer could not be written (a
 //!   response buffer shorter than [`MIN_RESPONSE_LEN`]): `handle` returns 0.
+//! * Work a request leaves for later ([`after_reply`]: warming the row
+//!   cache around a missed row) runs only after the answer is published, on
+//!   the same thread, and never changes what any answer says (it only fills
+//!   the row cache, under the cache's ticket rule).
 //! * Scan paging: a scan stops when the next entry does not fit or
 //!   `max_entries` is reached, and answers `more = true`; the client resumes
 //!   with `start` = the last key returned ‖ `0x00` (its immediate successor in

@@ -1,7 +1,9 @@
-//! Linux futex wait/wake on a shared-memory `AtomicU32`, and the two other
-//! libc calls the channel needs. Declared by hand (a handful of stable
-//! syscalls) so the extension does not add a dependency whose feature set
-//! could perturb the RocksDB build graph.
+//! Linux futex wait/wake on a shared-memory `AtomicU32`, the two other
+//! libc calls the channel needs, and a yield that tells whether another
+//! thread wanted the core ([`yield_core`], which waiters use to stop
+//! spinning). Declared by hand (a handful of stable syscalls) so the
+//! extension does not add a dependency whose feature set could perturb the
+//! RocksDB build graph.
 
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
