@@ -16,3 +16,27 @@ RESET enable_seqscan;
 INSERT INTO survivor VALUES (50001, 'after restart');
 SELECT count(*), count(DISTINCT ctid) FROM survivor;
 DROP TABLE survivor;
+-- A row updated again and again by transactions that abort after sending
+-- their writes keeps a run of deleted versions between its newest version
+-- (aborted) and its visible one. After a restart (nothing cached) a read
+-- of the row's newest versions stopped at that run and answered with the
+-- aborted head alone: the row cache then held that as the whole row, and
+-- an UPDATE or DELETE found "no live version under the row lock" (55000).
+CREATE TABLE churned (k int PRIMARY KEY, v int) USING pasv;
+INSERT INTO churned SELECT g, 0 FROM generate_series(1, 10) g;
+\set ECHO none
+\o /dev/null
+SELECT 'BEGIN; UPDATE churned SET v = v + 1 WHERE k IN (4, 5, 6); '
+       'SELECT count(*) FROM churned WHERE k IN (4, 5, 6); ROLLBACK;'
+  FROM generate_series(1, 30) \gexec
+\o
+\set ECHO all
+\! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m fast -w restart > /dev/null
+\c
+SELECT max(version) AS newest_aborted_version FROM pasv.versions('churned'::regclass);
+SELECT k, v FROM churned WHERE k = 4;
+UPDATE churned SET v = v + 100 WHERE k = 4;
+DELETE FROM churned WHERE k = 5;
+SELECT k, v FROM churned WHERE k = 6 FOR UPDATE;
+SELECT k, v FROM churned ORDER BY k;
+DROP TABLE churned;

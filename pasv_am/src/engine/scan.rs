@@ -110,18 +110,31 @@ impl Engine {
         reposition(&mut iter, start);
         let mut row: Option<u64> = None;
         let mut in_row = 0u32;
+        // The last entry returned, as (rowid, version).
+        let mut last: Option<(u64, u32)> = None;
         loop {
             let Some((key, value)) = iter.item() else {
                 if per_row > 0 && is_incomplete(&iter) {
-                    // Stepping hit a run of deleted keys: seek past the row.
-                    let target = match row {
-                        Some(r) if r < MAX_ROWID => row_key(r + 1, u32::MAX),
-                        Some(_) => break,
-                        None => start.try_into().unwrap_or(row_key(0, u32::MAX)),
+                    // Stepping hit a run of deleted keys. Inside a row that
+                    // still owes versions, go on just after the last one
+                    // returned: a live older version may lie beyond the run
+                    // (pruning by writers that aborted leaves such runs
+                    // between a row's head and its visible version). Past
+                    // the row's quota, seek to the next row.
+                    let (target, same_row) = match (row, last) {
+                        (Some(r), Some((lr, lv))) if lr == r && in_row < per_row && lv > 0 => (row_key(r, lv - 1), true),
+                        (Some(r), _) if r < MAX_ROWID => (row_key(r + 1, u32::MAX), false),
+                        (Some(_), _) => break,
+                        (None, _) => (start.try_into().unwrap_or(row_key(0, u32::MAX)), false),
                     };
+                    if target.as_slice() >= end {
+                        break;
+                    }
                     reposition(&mut iter, &target);
-                    in_row = 0;
-                    row = None;
+                    if !same_row {
+                        in_row = 0;
+                        row = None;
+                    }
                     continue;
                 }
                 break;
@@ -138,7 +151,9 @@ impl Engine {
             if out.is_full() {
                 return Ok(true);
             }
-            let rowid = decode_row_key(key).map(|(r, _)| r);
+            let decoded = decode_row_key(key);
+            last = decoded;
+            let rowid = decoded.map(|(r, _)| r);
             if per_row > 0 && rowid.is_some() {
                 if rowid != row {
                     row = rowid;
@@ -316,6 +331,44 @@ mod tests {
             };
             let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
             assert_eq!(keys, vec![(0, 0), (1, 500), (2, 0)], "per_row {per_row}");
+        }
+    }
+
+    #[test]
+    fn per_row_scan_finds_a_live_version_below_a_run_of_deleted_ones() {
+        // Row 1: a head (500) and an older live version (100) with 399
+        // deleted versions between them, as rows updated again and again by
+        // transactions that abort leave them (each aborted writer prunes the
+        // aborted version below its own). A per-row read must return both
+        // live versions: the older one is the row's visible version.
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 100..=500u32 {
+            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
+        }
+        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
+        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in 101..500u32 {
+            batch.push(&row_key(1, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut out = vec![0u8; 1 << 16];
+        let ranges = [(row_range(0, MAX_ROWID + 1), vec![(0, 0), (1, 500), (1, 100), (2, 0)]), (row_range(1, 2), vec![(1, 500), (1, 100)])];
+        for ((start, end), expect) in ranges {
+            for per_row in [2u32, 3, 4, 0] {
+                let mut writer = ScanWriter::new(&mut out, 0);
+                let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
+                let len = writer.finish(more);
+                let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
+                    panic!("not Entries")
+                };
+                let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
+                assert_eq!(keys, expect, "per_row {per_row}");
+            }
         }
     }
 
