@@ -37,6 +37,9 @@ pub enum Point {
     Truncate,
     /// DROP TABLE: committed, the column family not dropped yet.
     DropTable,
+    /// VACUUM: a batch of its row pass written and on disk (the point flushes
+    /// the table's CF first when armed), the rest of the pass not written.
+    VacuumBatchWritten,
     /// VACUUM: rows removed, index entries not yet.
     VacuumBetweenPasses,
     /// VACUUM: relfrozenxid moved (in place, durable), VACUUM not committed.
@@ -45,7 +48,7 @@ pub enum Point {
     SlotAdvance,
 }
 
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 13;
 
 const ALL: [Point; COUNT] = [
     Point::AfterLogBeforeWrite,
@@ -57,6 +60,7 @@ const ALL: [Point; COUNT] = [
     Point::CreateTable,
     Point::Truncate,
     Point::DropTable,
+    Point::VacuumBatchWritten,
     Point::VacuumBetweenPasses,
     Point::VacuumAfterRelfrozenxid,
     Point::SlotAdvance,
@@ -74,6 +78,7 @@ impl Point {
             Point::CreateTable => "create_table",
             Point::Truncate => "truncate",
             Point::DropTable => "drop_table",
+            Point::VacuumBatchWritten => "vacuum_batch_written",
             Point::VacuumBetweenPasses => "vacuum_between_passes",
             Point::VacuumAfterRelfrozenxid => "vacuum_after_relfrozenxid",
             Point::SlotAdvance => "slot_advance",
@@ -88,6 +93,12 @@ impl Point {
 /// Names of every point, for the error HINT and `pasv.crash_points()`.
 pub fn names() -> impl Iterator<Item = &'static str> {
     ALL.into_iter().map(Point::name)
+}
+
+/// Whether `point` is armed (a caller that must set the scene first, such
+/// as flushing what the crash should find on disk, asks before [`reach`]).
+pub fn armed(point: Point) -> bool {
+    client::channel().is_some_and(|chan| chan.header().crash_points[point as usize].load(Ordering::Relaxed) > 0)
 }
 
 /// Abort this process if `point` is armed and this is its chosen hit.
