@@ -73,12 +73,14 @@ struct Chain {
     /// Only the head is known, from the scan that found the row
     /// ([`Chain::from_scan`]): older versions were not read.
     head_only: bool,
+    /// Where the versions came from (an error's DETAIL says it).
+    source: &'static str,
 }
 
 impl Chain {
     unsafe fn read(cf: CfRef, rowid: u64, doing: &str) -> Chain {
         let (start, end) = keys::row_range(rowid, rowid + 1);
-        let mut chain = Chain { versions: Vec::new(), head_only: false };
+        let mut chain = Chain { versions: Vec::new(), head_only: false, source: "the engine" };
         // Two entries a page: the head and the one after it are all an
         // update needs; reading exactly that never steps over the delete
         // markers pruning leaves behind a row's live versions.
@@ -90,7 +92,7 @@ impl Chain {
     /// hold all a writer needs (else read it with [`Chain::read`]).
     /// (`rel` names the table in an error.)
     unsafe fn from_lock(versions: &[(Vec<u8>, Vec<u8>)], more: bool, rel: pg_sys::Relation) -> Option<Chain> {
-        let mut chain = Chain { versions: Vec::new(), head_only: false };
+        let mut chain = Chain { versions: Vec::new(), head_only: false, source: "the row lock's answer" };
         for (key, value) in versions {
             let (rowid, version) = keys::decode_row_key(key)?;
             let header = locked_row_header(value, rowid, rel);
@@ -109,7 +111,7 @@ impl Chain {
     /// aborted (older versions decide then: read them).
     unsafe fn from_scan(rowid: u64, version: u32, value: &[u8], rel: pg_sys::Relation) -> Option<Chain> {
         let header = locked_row_header(value, rowid, rel);
-        let mut chain = Chain { versions: Vec::new(), head_only: true };
+        let mut chain = Chain { versions: Vec::new(), head_only: true, source: "the scan" };
         chain.push(version, header, value);
         (chain.head() == Some(0)).then_some(chain)
     }
@@ -424,18 +426,29 @@ unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing:
 /// executor has no case for `TM_Invisible` and would say only
 /// "unrecognized status"). The DETAIL lists what the chain read held.
 unsafe fn invisible_row(rel: pg_sys::Relation, rowid: u64, chain: &Chain, what: &str) -> ! {
+    let describe = |versions: &[String]| if versions.is_empty() { "none".to_string() } else { versions.join(", ") };
     let versions: Vec<String> = chain
         .versions
         .iter()
         .map(|v| format!("v{} xid {} {:?} flags {:#x}", v.version, v.header.xid, v.creator, v.header.flags))
         .collect();
+    // What RocksDB holds now, every version (the chain may have come from
+    // the row cache or a lock's answer): tells a stale copy from a lost version.
+    let mut stored: Vec<String> = Vec::new();
+    let (start, end) = keys::row_range(rowid, rowid + 1);
+    super::versions::walk(cf_of(rel), start, end, 0, "reading an invisible row", |v| {
+        stored.push(format!("v{} xid {} {:?} flags {:#x}", v.version, v.header.xid, creator_of(&v.header), v.header.flags));
+        true
+    });
     error::raise_with_detail(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("attempted to {what} invisible tuple"),
         format!(
-            "pasv table {}, rowid {rowid}: no live version under the row lock (read: {}).",
+            "pasv table {}, rowid {rowid}: no live version under the row lock (read from {}: {}; stored: {}).",
             rel_name(rel),
-            if versions.is_empty() { "none".to_string() } else { versions.join(", ") }
+            chain.source,
+            describe(&versions),
+            describe(&stored)
         ),
         "Retry the transaction. If it recurs, report it as a pasv bug with this detail.",
     )
