@@ -40,3 +40,25 @@ DELETE FROM churned WHERE k = 5;
 SELECT k, v FROM churned WHERE k = 6 FOR UPDATE;
 SELECT k, v FROM churned ORDER BY k;
 DROP TABLE churned;
+-- VACUUM (FREEZE) freezes a row's oldest version while a newer one is not
+-- yet visible to everyone (here: prepared before a restart, committed
+-- after). Its batch puts only that row's version 0, which the engine took
+-- for a new row and cached as the row's whole answer (the restart left the
+-- row uncached): index fetches read the frozen old version and missed the
+-- committed update, and an UPDATE found "no live version under the row
+-- lock" (the CI's diffcrash failure, with VACUUM (FREEZE) in its load).
+CREATE TABLE fz (k int PRIMARY KEY, v int) USING pasv;
+INSERT INTO fz VALUES (1, 1), (2, 1);
+BEGIN;
+UPDATE fz SET v = 2 WHERE k = 1;
+PREPARE TRANSACTION 'fz_update';
+\! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m fast -w restart > /dev/null
+\c
+VACUUM (FREEZE) fz;
+COMMIT PREPARED 'fz_update';
+SET enable_seqscan = off;
+SELECT k, v FROM fz WHERE k = 1;
+UPDATE fz SET v = v + 10 WHERE k = 1 RETURNING k, v;
+RESET enable_seqscan;
+SELECT k, v FROM fz ORDER BY k;
+DROP TABLE fz;

@@ -258,7 +258,10 @@ pub unsafe fn copy_rows(
             (Some(h), Some(k)) => h == k && rows[k].2.is_tombstone(),
             _ => false,
         };
-        for (i, (_, version, header, creator, value)) in rows.iter().enumerate() {
+        // Oldest version first, as `Pass::row`: a row split over two
+        // batches has its version 0 in the first, which the engine caches
+        // as a new row, and its newer versions join that answer after.
+        for (i, (_, version, header, creator, value)) in rows.iter().enumerate().rev() {
             if row_dead || *creator == Creator::Aborted || all_visible.is_some_and(|k| i > k) {
                 out.report.removed_versions += 1;
                 continue;

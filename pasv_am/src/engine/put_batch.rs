@@ -87,7 +87,10 @@ const BULK_ENTRIES: usize = 32;
 /// Brings the cached answers of the rows `batch` wrote up to date. A row
 /// is cached anew only when the batch is a live logged write (`lsn` > 0, so
 /// not replay, which re-applies old versions) that puts its version 0 and
-/// nothing else: a new row, whose rowid no earlier write used. New rows of
+/// nothing else, unfrozen: a new row, whose rowid no earlier write used.
+/// (VACUUM's freeze puts a frozen copy of a version 0 that newer versions
+/// may sit above: cached as the whole row, it hid them from index fetches
+/// and row locks.) New rows of
 /// a batch of more than [`BULK_ENTRIES`] entries (INSERT … SELECT, COPY)
 /// go only into free ways (`RowCache::write_new_if_room`): caching a bulk
 /// load's every row with evictions cost half of the engine's time for it
@@ -112,7 +115,7 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
     while let Some(&(rowid, _, _)) = rest.first() {
         let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
         let (run, tail) = rest.split_at_mut(n);
-        let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some();
+        let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some_and(is_unfrozen);
         if fresh && bulk {
             if let [(_, _, RowOp { key, value: Some(value) })] = run {
                 cache.write_new_if_room(cf, rowid, key, value);
@@ -125,6 +128,11 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         cache.write(cf, rowid, &row_ops, fresh);
         rest = tail;
     }
+}
+
+/// Whether a stored value's header is not marked frozen (VACUUM's copy).
+fn is_unfrozen(value: &[u8]) -> bool {
+    crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| !header.is_frozen())
 }
 
 #[cfg(test)]
@@ -178,6 +186,29 @@ mod tests {
         }
         update_cache(&cache, T, 3, bulk.as_batch());
         assert!(later.clone().all(cached), "stale answers give their ways to a bulk batch's new rows");
+        drop(mem);
+    }
+
+    /// VACUUM's frozen copy of a version 0 is not a new row: newer versions
+    /// may sit above it, so it must not be cached as the row's whole answer.
+    #[test]
+    fn a_frozen_version_0_is_not_cached_as_a_new_row() {
+        use crate::row::FLAG_FROZEN;
+        use crate::row_cache::{region_bytes, RowCache};
+        let bytes = region_bytes(1);
+        let mut mem = vec![0u64; bytes.div_ceil(8)];
+        // SAFETY: zeroed, aligned, owned by `mem` for the test's length.
+        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+        let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
+        let mut frozen = value(5, 8);
+        frozen[1] |= FLAG_FROZEN; // the flags byte
+        assert!(crate::row::RowHeader::decode(&frozen).unwrap().0.is_frozen(), "the test's value is frozen");
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(5, 0), &frozen).unwrap();
+        batch.push(&row_key(6, 0), &value(6, 8)).unwrap();
+        update_cache(&cache, T, 1, batch.as_batch());
+        assert!(!cached(5), "a frozen copy is not a new row");
+        assert!(cached(6), "an unfrozen version 0 alone is");
         drop(mem);
     }
 
