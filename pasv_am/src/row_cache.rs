@@ -40,6 +40,10 @@
 //! * A cached answer is a prefix of the row's versions, newest first: when
 //!   `complete` it holds every version; otherwise older ones may exist in
 //!   RocksDB and the reader asks the engine for them as it would have.
+//!   An answer is made complete without reading RocksDB only for a new row
+//!   (a live write of its version 0 alone, unfrozen: engine/put_batch.rs),
+//!   and a read that stops short of a row's versions says so (`more`), even
+//!   when deleted versions lie between them (engine/scan.rs).
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
