@@ -240,8 +240,7 @@ pub unsafe extern "C-unwind" fn scan_analyze_next_block(
     _bstrategy: pg_sys::BufferAccessStrategy,
 ) -> bool {
     let s = &mut *(scan as *mut PasvScan);
-    let lo = u64::from(blockno) * ROWS_PER_BLOCK;
-    s.stream.set_range(lo, lo + ROWS_PER_BLOCK);
+    s.analyze_block(u64::from(blockno) * ROWS_PER_BLOCK);
     true
 }
 
@@ -257,7 +256,7 @@ pub unsafe extern "C-unwind" fn scan_analyze_next_tuple(
 ) -> bool {
     let s = &mut *(scan as *mut PasvScan);
     s.build_live = true;
-    if s.next_or_clear(slot) {
+    if s.next_analyzed(slot) {
         *liverows += 1.0;
         true
     } else {

@@ -65,7 +65,25 @@ pub struct PasvScan {
     /// the first TID checked after the scan began or restarted (as heap's
     /// `rs_nblocks`, the size at scan start).
     tid_blocks: Option<u64>,
+    /// ANALYZE: the rows `[lo, hi)` of the block being sampled; the stream
+    /// runs on to `end` (a window of `window` blocks, doubled while sampled
+    /// blocks follow each other), and the first row past the block waits
+    /// in `pending` for the next one.
+    analyze: AnalyzeWindow,
 }
+
+/// Where ANALYZE's sampling stands (see [`PasvScan::analyze`]).
+struct AnalyzeWindow {
+    lo: u64,
+    hi: u64,
+    end: u64,
+    window: u64,
+    pending: Option<Row>,
+}
+
+/// Blocks an ANALYZE window may grow to: a table whose every block is
+/// sampled is read in a few large requests rather than one a block.
+const MAX_ANALYZE_WINDOW: u64 = 256;
 
 /// Exact bitmap blocks with at most this many offsets are read row by row.
 const BITMAP_ROW_READS: i32 = 16;
@@ -104,15 +122,65 @@ impl PasvScan {
     /// # Safety
     /// A scan begun by `scan_begin`, in a backend inside a transaction.
     pub unsafe fn next_into(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
-        let rel = self.base.rs_rd;
         let Some(row) = self.bm_pending.take().or_else(|| self.next_visible()) else {
             return false;
         };
+        self.emit(&row, slot);
+        true
+    }
+
+    /// ANALYZE: sample rows `[lo, lo + ROWS_PER_BLOCK)` next. A block that
+    /// starts where the last one ended, inside the stream's window, is read
+    /// on from the same stream; otherwise a window starts at it, twice as
+    /// long as the last one when the block follows it (so sampling every
+    /// block costs a few large reads, and sampling sparse blocks reads
+    /// one block a request, as before).
+    pub fn analyze_block(&mut self, lo: u64) {
+        let a = &mut self.analyze;
+        let follows = a.window > 0 && lo == a.hi;
+        if !(follows && lo < a.end) {
+            a.window = if follows { (a.window * 2).min(MAX_ANALYZE_WINDOW) } else { 1 };
+            a.end = lo.saturating_add(a.window * ROWS_PER_BLOCK).min(MAX_ROWID + 1);
+            a.pending = None;
+            self.stream.set_range(lo, a.end);
+        }
+        a.lo = lo;
+        a.hi = lo.saturating_add(ROWS_PER_BLOCK);
+    }
+
+    /// ANALYZE: the block's next row, stored in `slot`; false (and the slot
+    /// cleared) after its last.
+    ///
+    /// # Safety
+    /// As `next_into`, after [`PasvScan::analyze_block`].
+    pub unsafe fn next_analyzed(&mut self, slot: *mut pg_sys::TupleTableSlot) -> bool {
+        loop {
+            let Some(row) = self.analyze.pending.take().or_else(|| self.next_visible()) else {
+                pg_sys::ExecClearTuple(slot);
+                return false;
+            };
+            if row.rowid < self.analyze.lo {
+                continue;
+            }
+            if row.rowid >= self.analyze.hi {
+                // The next block's first row: its tuple stays in the
+                // stream's buffer, which moves only when the stream reads.
+                self.analyze.pending = Some(row);
+                pg_sys::ExecClearTuple(slot);
+                return false;
+            }
+            self.emit(&row, slot);
+            return true;
+        }
+    }
+
+    /// Hand `row` out in `slot`.
+    unsafe fn emit(&mut self, row: &Row, slot: *mut pg_sys::TupleTableSlot) {
+        let rel = self.base.rs_rd;
         self.cur_rowid = row.rowid;
         super::scan_stats::row_returned(rel, self.base.rs_flags, row.rowid, &mut self.stats_block);
-        describe_row(rel, &row, &mut self.tuple);
+        describe_row(rel, row, &mut self.tuple);
         store_in_slot(&mut self.tuple, slot);
-        true
     }
 
     /// The next row the scan returns (in its bitmap block, parallel chunk or
@@ -299,6 +367,7 @@ pub unsafe extern "C-unwind" fn scan_begin(
     super::scan_stats::scan_started(rel, flags);
     std::ptr::write(&mut s.tid_blocks, None);
     std::ptr::write(&mut s.bm_pending, None);
+    std::ptr::write(&mut s.analyze, AnalyzeWindow { lo: 0, hi: 0, end: 0, window: 0, pending: None });
     if pscan.is_null() {
         s.range_lo = 0;
         s.range_hi = MAX_ROWID + 1;
@@ -354,6 +423,7 @@ pub unsafe extern "C-unwind" fn scan_rescan(
     s.moved_back = false;
     s.tid_blocks = None;
     s.bm_pending = None;
+    s.analyze = AnalyzeWindow { lo: 0, hi: 0, end: 0, window: 0, pending: None };
     s.stats_block = 0;
     super::scan_stats::scan_started(s.base.rs_rd, s.base.rs_flags);
 }
