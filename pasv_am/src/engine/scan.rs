@@ -301,6 +301,35 @@ mod tests {
         }
     }
 
+    /// Rows 0 and 2 with one version each, and row 1 with versions
+    /// `lo..=hi` written and all but `kept` of them deleted again.
+    fn row_1_with_deleted_versions(engine: &Engine, lo: u32, hi: u32, kept: &[u32]) {
+        let mut batch = BatchBuilder::new();
+        for version in lo..=hi {
+            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
+        }
+        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
+        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        let mut batch = BatchBuilder::new();
+        for version in (lo..=hi).filter(|v| !kept.contains(v)) {
+            batch.push(&row_key(1, version), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+    }
+
+    /// The (rowid, version) pairs a per-row scan of `[start, end)` returns.
+    fn per_row_keys(engine: &Engine, start: &[u8], end: &[u8], per_row: u32) -> Vec<(u64, u32)> {
+        let mut out = vec![0u8; 1 << 16];
+        let mut writer = ScanWriter::new(&mut out, 0);
+        let more = engine.scan_rows(T, start, end, per_row, &mut writer).unwrap();
+        let len = writer.finish(more);
+        let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
+            panic!("not Entries")
+        };
+        batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect()
+    }
+
     #[test]
     fn per_row_scan_seeks_past_runs_of_deleted_versions() {
         let dir = TempDir::new();
@@ -308,29 +337,10 @@ mod tests {
         engine.create_cf(T).unwrap();
         // Row 1 has one live version (500) above 200 deleted ones: far more
         // than one iterator step may skip.
-        let mut batch = BatchBuilder::new();
-        for version in 300..=500u32 {
-            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
-        }
-        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
-        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
-        engine.put_batch(T, batch.as_batch()).unwrap();
-        let mut batch = BatchBuilder::new();
-        for version in 300..500u32 {
-            batch.push(&row_key(1, version), &[]).unwrap();
-        }
-        engine.put_batch(T, batch.as_batch()).unwrap();
+        row_1_with_deleted_versions(&engine, 300, 500, &[500]);
         let (start, end) = row_range(0, MAX_ROWID + 1);
-        let mut out = vec![0u8; 1 << 16];
         for per_row in [1u32, 2, 0] {
-            let mut writer = ScanWriter::new(&mut out, 0);
-            let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
-            let len = writer.finish(more);
-            let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
-                panic!("not Entries")
-            };
-            let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
-            assert_eq!(keys, vec![(0, 0), (1, 500), (2, 0)], "per_row {per_row}");
+            assert_eq!(per_row_keys(&engine, &start, &end, per_row), vec![(0, 0), (1, 500), (2, 0)], "per_row {per_row}");
         }
     }
 
@@ -344,30 +354,11 @@ mod tests {
         let dir = TempDir::new();
         let engine = open(&dir);
         engine.create_cf(T).unwrap();
-        let mut batch = BatchBuilder::new();
-        for version in 100..=500u32 {
-            batch.push(&row_key(1, version), &value(1, 8)).unwrap();
-        }
-        batch.push(&row_key(0, 0), &value(0, 8)).unwrap();
-        batch.push(&row_key(2, 0), &value(2, 8)).unwrap();
-        engine.put_batch(T, batch.as_batch()).unwrap();
-        let mut batch = BatchBuilder::new();
-        for version in 101..500u32 {
-            batch.push(&row_key(1, version), &[]).unwrap();
-        }
-        engine.put_batch(T, batch.as_batch()).unwrap();
-        let mut out = vec![0u8; 1 << 16];
+        row_1_with_deleted_versions(&engine, 100, 500, &[100, 500]);
         let ranges = [(row_range(0, MAX_ROWID + 1), vec![(0, 0), (1, 500), (1, 100), (2, 0)]), (row_range(1, 2), vec![(1, 500), (1, 100)])];
         for ((start, end), expect) in ranges {
             for per_row in [2u32, 3, 4, 0] {
-                let mut writer = ScanWriter::new(&mut out, 0);
-                let more = engine.scan_rows(T, &start, &end, per_row, &mut writer).unwrap();
-                let len = writer.finish(more);
-                let Response::Entries { batch, .. } = decode_response(&out[..len]).unwrap() else {
-                    panic!("not Entries")
-                };
-                let keys: Vec<_> = batch.iter().map(|(k, _)| decode_row_key(k).unwrap()).collect();
-                assert_eq!(keys, expect, "per_row {per_row}");
+                assert_eq!(per_row_keys(&engine, &start, &end, per_row), expect, "per_row {per_row}");
             }
         }
     }
