@@ -618,6 +618,151 @@ mod tests {
         assert!(!(128..192).any(cached), "a row never written warms nothing, not even its written neighbours");
     }
 
+    /// The row cache against RocksDB, differentially: random writes of the
+    /// kinds backends and VACUUM make (new rows, updates that prune the
+    /// version below or an aborted head, frozen copies of old versions,
+    /// removals, replayed writes), random reads that fill the cache (one-row
+    /// reads and the runs they warm, index windows, row locks) and random
+    /// DDL (a new generation). After every step, whatever the cache answers
+    /// for a row is what RocksDB holds: its newest versions, and all of them
+    /// when it says so. (It caught a frozen version 0 cached as a new row,
+    /// and one-row reads cut short by runs of deleted versions.)
+    #[test]
+    fn the_row_cache_always_agrees_with_rocksdb() {
+        use crate::engine::test_support::{config, scan_all};
+        use crate::row::{RowHeader, FLAG_FROZEN, FLAG_TOMBSTONE};
+        use crate::row_cache::{region_bytes, RowCache, MAX_WINDOW_ROWS, PER_ROW, WINDOW_PER_ROW};
+        const ROWS: u64 = 48;
+        let dir = TempDir::new();
+        // Few sets: answers are evicted and refilled often.
+        let bytes = region_bytes(4);
+        let mut mem = vec![0u64; bytes.div_ceil(8)];
+        // SAFETY: zeroed, aligned, owned by `mem` for the test's length.
+        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+        let mut cfg = config(&dir);
+        cfg.row_cache = Some(cache);
+        let engine = Engine::open(cfg).unwrap();
+        assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let value = |version: u32, flags: u8, xid: u64| {
+            let mut v = RowHeader { flags, cid: 0, xid, moved_to: 0 }.encode().to_vec();
+            v.extend_from_slice(&version.to_le_bytes());
+            v
+        };
+        let stored = |rowid: u64| {
+            let (lo, hi) = row_range(rowid, rowid + 1);
+            scan_all(&engine, T, &lo, &hi, 1 << 16, 0).0
+        };
+        let newest = |rowid: u64| stored(rowid).first().map(|(k, _)| decode_row_key(k).unwrap().1);
+        let mut lsn = 1u64;
+        let mut written = 0u64;
+        let (mut compared, mut compared_complete) = (0u32, 0u32);
+        for step in 0..4000u64 {
+            let rowid = rng(ROWS);
+            let mut batch = BatchBuilder::new();
+            let mut write_lsn = lsn;
+            match rng(30) {
+                // A new row: its version 0 alone.
+                0..=2 if written < ROWS => {
+                    batch.push(&row_key(written, 0), &value(0, 0, step)).unwrap();
+                    written += 1;
+                }
+                // An update: a new head, pruning the version below the old
+                // head or (an aborted writer's pruning) the old head itself.
+                3..=10 => {
+                    if let Some(head) = newest(rowid) {
+                        let flags = if rng(8) == 0 { FLAG_TOMBSTONE } else { 0 };
+                        batch.push(&row_key(rowid, head + 1), &value(head + 1, flags, step)).unwrap();
+                        let pruned = if rng(2) == 0 { Some(head) } else { head.checked_sub(1) };
+                        if let Some(p) = pruned {
+                            batch.push(&row_key(rowid, p), &[]).unwrap();
+                        }
+                    }
+                }
+                // VACUUM's freeze: a frozen copy of any version, of a few rows.
+                11..=13 => {
+                    for r in [rowid, rng(ROWS)] {
+                        let versions = stored(r);
+                        if !versions.is_empty() {
+                            let (key, _) = &versions[rng(versions.len() as u64) as usize];
+                            let version = decode_row_key(key).unwrap().1;
+                            batch.push(key, &value(version, FLAG_FROZEN, 1)).unwrap();
+                        }
+                    }
+                }
+                // VACUUM's removal of a row's oldest versions.
+                14 | 15 => {
+                    let versions = stored(rowid);
+                    let keep = rng(versions.len() as u64 + 1) as usize;
+                    for (key, _) in versions.iter().skip(keep) {
+                        batch.push(key, &[]).unwrap();
+                    }
+                }
+                // Replay: an existing version written again, unlogged.
+                16 => {
+                    if let Some((key, v)) = stored(rowid).last() {
+                        batch.push(key, v).unwrap();
+                        write_lsn = 0;
+                    }
+                }
+                // Reads that fill the cache, and the run a miss warms.
+                17..=21 => {
+                    let (lo, hi) = row_range(rowid, rowid + 1);
+                    call(&engine, &Request::Scan { cf: T, start: &lo, end: &hi, max_entries: 0, per_row: PER_ROW }, 4096);
+                    after_reply(&engine);
+                }
+                22..=25 => {
+                    let first = rowid.min(ROWS - 2);
+                    let (lo, hi) = row_range(first, (first + 2 + rng(MAX_WINDOW_ROWS - 2)).min(ROWS));
+                    call(&engine, &Request::Scan { cf: T, start: &lo, end: &hi, max_entries: 0, per_row: WINDOW_PER_ROW }, 1 << 16);
+                }
+                // A row lock's read: what it answers is RocksDB's too.
+                26..=28 => {
+                    let answer = call(&engine, &Request::LockRow { cf: T, rowid, xid: 7, mode: LockMode::Exclusive, evict: 0, read: 2 }, 4096);
+                    engine.release_locks(7);
+                    if let Response::Lock { granted: true, more, versions, .. } = decode_response(&answer).unwrap() {
+                        let got: Vec<_> = versions.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                        let all = stored(rowid);
+                        assert_eq!(got[..], all[..got.len().min(all.len())], "step {step}: the lock's versions of row {rowid}");
+                        assert!(more || got.len() == all.len(), "step {step}: the lock said row {rowid} has no more");
+                    }
+                }
+                // DDL elsewhere: every cached answer is stale.
+                29 => cache.new_generation(),
+                _ => {}
+            }
+            if !batch.is_empty() {
+                engine.put_batch_at(T, write_lsn, batch.as_batch()).unwrap();
+                lsn += 1;
+            }
+            for r in 0..ROWS {
+                let mut cached = Vec::new();
+                let answer = cache.versions(T, r, PER_ROW as usize, |k, v| {
+                    cached.push((k.to_vec(), v.to_vec()));
+                    true
+                });
+                let Some(more) = answer else { continue };
+                compared += 1;
+                compared_complete += u32::from(!more);
+                let all = stored(r);
+                assert!(all.starts_with(&cached), "step {step}: row {r} cached {:?}, stored {:?}", keys_of(&cached), keys_of(&all));
+                assert!(more || cached.len() == all.len(), "step {step}: row {r} cached complete {:?}, stored {:?}", keys_of(&cached), keys_of(&all));
+            }
+        }
+        assert!(compared > 10_000 && compared_complete > 5_000, "the cache answered too rarely to tell: {compared} / {compared_complete}");
+        drop(mem);
+    }
+
+    fn keys_of(entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<u32> {
+        entries.iter().map(|(k, _)| decode_row_key(k).unwrap().1).collect()
+    }
+
     #[test]
     fn tiny_response_buffer_executes_nothing() {
         let dir = TempDir::new();
