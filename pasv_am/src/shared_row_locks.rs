@@ -142,9 +142,9 @@ pub const fn region_bytes(buckets: usize) -> usize {
 }
 
 /// Buckets for a server with `processes` backends: a power of two, about
-/// 64 buckets (512 entries) a process.
+/// 256 buckets (2 048 entries) a process.
 pub fn buckets_for(processes: usize) -> usize {
-    (processes.max(1) * 64).next_power_of_two()
+    (processes.max(1) * 256).next_power_of_two()
 }
 
 impl SharedRowLocks {
