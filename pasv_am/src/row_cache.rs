@@ -1150,13 +1150,7 @@ mod tests {
         let r = cache(2);
         let c = r.1;
         let mut model: BTreeMap<u64, BTreeMap<u32, Vec<u8>>> = BTreeMap::new();
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::engine::test_support::xorshift(0x1234_5678_9abc_def0);
         let mut hits = 0;
         for step in 0..20_000u32 {
             let rowid = next(240); // far more than the two sets hold

@@ -589,16 +589,10 @@ mod tests {
     /// row that was never written warms nothing.
     #[test]
     fn a_missed_row_read_warms_its_run_after_the_answer() {
-        use crate::engine::test_support::{config, put_rows};
-        use crate::row_cache::{region_bytes, RowCache, PER_ROW};
+        use crate::engine::test_support::{open_with_row_cache, put_rows};
+        use crate::row_cache::PER_ROW;
         let dir = TempDir::new();
-        let bytes = region_bytes(512);
-        let mut mem = vec![0u64; bytes.div_ceil(8)];
-        // SAFETY: zeroed, aligned, owned by `mem` for the test's length.
-        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
-        let mut cfg = config(&dir);
-        cfg.row_cache = Some(cache);
-        let engine = Engine::open(cfg).unwrap();
+        let (_mem, cache, engine) = open_with_row_cache(&dir, 512);
         assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
         // Unlogged writes (lsn 0) cache nothing; rowid 150 is never written.
         put_rows(&engine, T, (0..200).filter(|&r| r != 150));
@@ -629,27 +623,15 @@ mod tests {
     /// and one-row reads cut short by runs of deleted versions.)
     #[test]
     fn the_row_cache_always_agrees_with_rocksdb() {
-        use crate::engine::test_support::{config, scan_all};
+        use crate::engine::test_support::{open_with_row_cache, scan_all, xorshift};
         use crate::row::{RowHeader, FLAG_FROZEN, FLAG_TOMBSTONE};
-        use crate::row_cache::{region_bytes, RowCache, MAX_WINDOW_ROWS, PER_ROW, WINDOW_PER_ROW};
+        use crate::row_cache::{MAX_WINDOW_ROWS, PER_ROW, WINDOW_PER_ROW};
         const ROWS: u64 = 48;
         let dir = TempDir::new();
         // Few sets: answers are evicted and refilled often.
-        let bytes = region_bytes(4);
-        let mut mem = vec![0u64; bytes.div_ceil(8)];
-        // SAFETY: zeroed, aligned, owned by `mem` for the test's length.
-        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
-        let mut cfg = config(&dir);
-        cfg.row_cache = Some(cache);
-        let engine = Engine::open(cfg).unwrap();
+        let (mem, cache, engine) = open_with_row_cache(&dir, 4);
         assert_ok(&call(&engine, &Request::CreateCf { cf: T, created_lsn: 0, logged: true }, 64));
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rng = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = xorshift(0x9e37_79b9_7f4a_7c15);
         let value = |version: u32, flags: u8, xid: u64| {
             let mut v = RowHeader { flags, cid: 0, xid, moved_to: 0 }.encode().to_vec();
             v.extend_from_slice(&version.to_le_bytes());

@@ -130,3 +130,28 @@ pub fn rowids_of(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
         .map(|(k, _)| decode_row_key(k).unwrap().0)
         .collect()
 }
+
+/// A small deterministic generator for randomized tests: `next(n)` is in
+/// `0..n` (xorshift64; `seed` must not be 0).
+pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    }
+}
+
+/// An engine whose row cache has `sets` sets on the heap (the Vec keeps the
+/// cache's memory; keep it as long as the engine).
+pub fn open_with_row_cache(dir: &TempDir, sets: usize) -> (Vec<u64>, crate::row_cache::RowCache, Engine) {
+    use crate::row_cache::{region_bytes, RowCache};
+    let bytes = region_bytes(sets);
+    let mut mem = vec![0u64; bytes.div_ceil(8)];
+    // SAFETY: zeroed, aligned, owned by `mem`, which the caller keeps.
+    let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+    let mut cfg = config(dir);
+    cfg.row_cache = Some(cache);
+    (mem, cache, Engine::open(cfg).expect("open engine"))
+}
