@@ -28,10 +28,11 @@
 //!   set's version) before reading RocksDB and installs only if the version
 //!   is unchanged: every write into a set raises its version, so an answer
 //!   read before a write is never installed after it.
-//! * Creating, dropping, truncating or copying a CF raises the cache's
-//!   generation (after the change); an answer of an older generation is
-//!   never returned. A relfilenumber reused by a new incarnation therefore
-//!   never sees the old one's rows.
+//! * Truncating or copying a CF, and creating one for a relfilenumber a
+//!   dropped CF used, raise the cache's generation (after the change); an
+//!   answer of an older generation is never returned. A relfilenumber
+//!   reused by a new incarnation therefore never sees the old one's rows.
+//!   (Dropping alone raises nothing: nobody asks for a dropped CF's rows.)
 //! * A fill never caches a row that has no versions. A row that was never
 //!   written (a rowid reserved by a backend, read through a stale TID or a
 //!   TID scan) therefore has no answer here, and a new row's first write
