@@ -110,8 +110,8 @@ impl Engine {
         reposition(&mut iter, start);
         let mut row: Option<u64> = None;
         let mut in_row = 0u32;
-        // The last entry returned, as (rowid, version).
-        let mut last: Option<(u64, u32)> = None;
+        // The version of `row` returned last.
+        let mut last_version = 0u32;
         loop {
             let Some((key, value)) = iter.item() else {
                 if per_row > 0 && is_incomplete(&iter) {
@@ -121,11 +121,11 @@ impl Engine {
                     // (pruning by writers that aborted leaves such runs
                     // between a row's head and its visible version). Past
                     // the row's quota, seek to the next row.
-                    let (target, same_row) = match (row, last) {
-                        (Some(r), Some((lr, lv))) if lr == r && in_row < per_row && lv > 0 => (row_key(r, lv - 1), true),
-                        (Some(r), _) if r < MAX_ROWID => (row_key(r + 1, u32::MAX), false),
-                        (Some(_), _) => break,
-                        (None, _) => (start.try_into().unwrap_or(row_key(0, u32::MAX)), false),
+                    let (target, same_row) = match row {
+                        Some(r) if in_row < per_row && last_version > 0 => (row_key(r, last_version - 1), true),
+                        Some(r) if r < MAX_ROWID => (row_key(r + 1, u32::MAX), false),
+                        Some(_) => break,
+                        None => (start.try_into().unwrap_or(row_key(0, u32::MAX)), false),
                     };
                     if target.as_slice() >= end {
                         break;
@@ -152,14 +152,14 @@ impl Engine {
                 return Ok(true);
             }
             let decoded = decode_row_key(key);
-            last = decoded;
             let rowid = decoded.map(|(r, _)| r);
-            if per_row > 0 && rowid.is_some() {
+            if let Some((_, version)) = decoded.filter(|_| per_row > 0) {
                 if rowid != row {
                     row = rowid;
                     in_row = 0;
                 }
                 in_row += 1;
+                last_version = version;
                 if in_row >= per_row {
                     // A range that ends with this row (a point lookup) is
                     // done: do not step into its older versions.
