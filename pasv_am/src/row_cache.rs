@@ -855,10 +855,7 @@ mod tests {
     struct Region(#[allow(dead_code)] Vec<u64>, RowCache); // the Vec keeps the memory alive
 
     fn cache(sets: usize) -> Region {
-        let bytes = region_bytes(sets);
-        let mut mem = vec![0u64; bytes.div_ceil(8)];
-        // SAFETY: zeroed, aligned, owned by the Region for the test's length.
-        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+        let (mem, cache) = crate::engine::test_support::heap_row_cache(sets);
         Region(mem, cache)
     }
 

@@ -137,26 +137,16 @@ fn is_unfrozen(value: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{open, put_rows, scan_all, value, TempDir, T};
+    use super::super::test_support::{heap_row_cache, open, put_rows, scan_all, value, TempDir, T};
     use super::*;
     use crate::keys::{row_key, row_range};
     use crate::protocol::{BatchBuilder, ErrorCode};
-    /// A row cache of one set, on the heap (the Vec keeps its memory).
-    fn one_set_cache() -> (Vec<u64>, crate::row_cache::RowCache) {
-        use crate::row_cache::{region_bytes, RowCache};
-        let bytes = region_bytes(1);
-        let mut mem = vec![0u64; bytes.div_ceil(8)];
-        // SAFETY: zeroed, aligned, owned by `mem`, which the caller keeps.
-        let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
-        (mem, cache)
-    }
-
     /// New rows are cached by a small batch; a bulk batch's new rows only
     /// fill free ways and evict nothing, and its changes to rows already
     /// cached still reach the cache.
     #[test]
     fn new_rows_of_a_bulk_batch_only_fill_free_ways() {
-        let (mem, cache) = one_set_cache();
+        let (mem, cache) = heap_row_cache(1);
         let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
         let mut small = BatchBuilder::new();
         for rowid in 0..BULK_ENTRIES as u64 {
@@ -200,7 +190,7 @@ mod tests {
     #[test]
     fn a_frozen_version_0_is_not_cached_as_a_new_row() {
         use crate::row::FLAG_FROZEN;
-        let (mem, cache) = one_set_cache();
+        let (mem, cache) = heap_row_cache(1);
         let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
         let mut frozen = value(5, 8);
         frozen[1] |= FLAG_FROZEN; // the flags byte

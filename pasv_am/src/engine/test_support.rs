@@ -143,14 +143,21 @@ pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
     }
 }
 
-/// An engine whose row cache has `sets` sets on the heap (the Vec keeps the
-/// cache's memory; keep it as long as the engine).
-pub fn open_with_row_cache(dir: &TempDir, sets: usize) -> (Vec<u64>, crate::row_cache::RowCache, Engine) {
+/// A row cache of `sets` sets on the heap. The Vec (u64s keep it 8-aligned)
+/// holds the cache's memory: keep it as long as the cache is used.
+pub fn heap_row_cache(sets: usize) -> (Vec<u64>, crate::row_cache::RowCache) {
     use crate::row_cache::{region_bytes, RowCache};
     let bytes = region_bytes(sets);
     let mut mem = vec![0u64; bytes.div_ceil(8)];
     // SAFETY: zeroed, aligned, owned by `mem`, which the caller keeps.
     let cache = unsafe { RowCache::format(mem.as_mut_ptr() as *mut u8, bytes) }.unwrap();
+    (mem, cache)
+}
+
+/// An engine whose row cache has `sets` sets on the heap (the Vec keeps the
+/// cache's memory; keep it as long as the engine).
+pub fn open_with_row_cache(dir: &TempDir, sets: usize) -> (Vec<u64>, crate::row_cache::RowCache, Engine) {
+    let (mem, cache) = heap_row_cache(sets);
     let mut cfg = config(dir);
     cfg.row_cache = Some(cache);
     (mem, cache, Engine::open(cfg).expect("open engine"))
