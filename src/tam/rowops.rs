@@ -426,18 +426,17 @@ unsafe fn read_locked_chain(rel: pg_sys::Relation, cf: CfRef, rowid: u64, doing:
 /// executor has no case for `TM_Invisible` and would say only
 /// "unrecognized status"). The DETAIL lists what the chain read held.
 unsafe fn invisible_row(rel: pg_sys::Relation, rowid: u64, chain: &Chain, what: &str) -> ! {
+    let version = |version: u32, header: &RowHeader, creator: Creator| {
+        format!("v{version} xid {} {creator:?} flags {:#x}", header.xid, header.flags)
+    };
     let describe = |versions: &[String]| if versions.is_empty() { "none".to_string() } else { versions.join(", ") };
-    let versions: Vec<String> = chain
-        .versions
-        .iter()
-        .map(|v| format!("v{} xid {} {:?} flags {:#x}", v.version, v.header.xid, v.creator, v.header.flags))
-        .collect();
+    let versions: Vec<String> = chain.versions.iter().map(|v| version(v.version, &v.header, v.creator)).collect();
     // What RocksDB holds now, every version (the chain may have come from
     // the row cache or a lock's answer): tells a stale copy from a lost version.
     let mut stored: Vec<String> = Vec::new();
     let (start, end) = keys::row_range(rowid, rowid + 1);
     super::versions::walk(cf_of(rel), start, end, 0, "reading an invisible row", |v| {
-        stored.push(format!("v{} xid {} {:?} flags {:#x}", v.version, v.header.xid, creator_of(&v.header), v.header.flags));
+        stored.push(version(v.version, &v.header, creator_of(&v.header)));
         true
     });
     error::raise_with_detail(

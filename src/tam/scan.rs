@@ -73,6 +73,7 @@ pub struct PasvScan {
 }
 
 /// Where ANALYZE's sampling stands (see [`PasvScan::analyze`]).
+#[derive(Default)]
 struct AnalyzeWindow {
     lo: u64,
     hi: u64,
@@ -367,7 +368,7 @@ pub unsafe extern "C-unwind" fn scan_begin(
     super::scan_stats::scan_started(rel, flags);
     std::ptr::write(&mut s.tid_blocks, None);
     std::ptr::write(&mut s.bm_pending, None);
-    std::ptr::write(&mut s.analyze, AnalyzeWindow { lo: 0, hi: 0, end: 0, window: 0, pending: None });
+    std::ptr::write(&mut s.analyze, AnalyzeWindow::default());
     if pscan.is_null() {
         s.range_lo = 0;
         s.range_hi = MAX_ROWID + 1;
@@ -423,7 +424,7 @@ pub unsafe extern "C-unwind" fn scan_rescan(
     s.moved_back = false;
     s.tid_blocks = None;
     s.bm_pending = None;
-    s.analyze = AnalyzeWindow { lo: 0, hi: 0, end: 0, window: 0, pending: None };
+    s.analyze = AnalyzeWindow::default();
     s.stats_block = 0;
     super::scan_stats::scan_started(s.base.rs_rd, s.base.rs_flags);
 }
