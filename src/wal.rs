@@ -1,7 +1,8 @@
 //! The log (DESIGN.md §4): every change pasv makes to a column family is
 //! first written to PostgreSQL's WAL as a *transactional* logical message
 //! with prefix `pasv`, carrying the exact keys and values — the encoded
-//! `PutBatch` request itself (an empty value deletes a key), followed by the
+//! `PutBatch` request in its compact WAL form (an empty value deletes a
+//! key; `pasv_am::protocol::wal_form`), followed by the
 //! batch's logical notes when it has any (`src/logical/`). Messages of
 //! aborted (sub)transactions are dropped by logical decoding; replaying the
 //! committed ones in commit order rebuilds what a crash lost (`replay/`).
@@ -50,13 +51,36 @@ const XLOG_LOGICAL_MESSAGE: u8 = 0;
 /// Log one change batch (an encoded `PutBatch`) in the current transaction,
 /// before it is sent to the engine, followed by its logical notes (see
 /// `pasv_am::protocol::logical_notes`; empty for most batches). Assigns a
-/// transaction id if needed. The record is the one `LogLogicalMessage`
-/// writes for a transactional message whose payload is both parts; they are
-/// registered apart, so the batch is not copied.
+/// transaction id if needed. The batch is logged in its compact form
+/// (`pasv_am::protocol::wal_form`: about a third of a TPC-B transaction's
+/// WAL was the channel's alignment and fixed-width fields), which every
+/// reader expands back (`pasv_am::protocol::expand`). The record is the one
+/// `LogLogicalMessage` writes for a transactional message whose payload is
+/// both parts; they are registered apart, so the notes are not copied.
 ///
 /// # Safety
 /// Backend inside a transaction.
 pub unsafe fn log_change(encoded_put_batch: &[u8], notes: &[u8]) -> pg_sys::XLogRecPtr {
+    COMPACT.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let payload = if pasv_am::protocol::compact(encoded_put_batch, &mut buf) {
+            &buf[..]
+        } else {
+            encoded_put_batch
+        };
+        log_payload(payload, notes)
+    })
+}
+
+thread_local! {
+    /// The compact form of the batch being logged (`pasv_am::protocol::compact`),
+    /// kept between calls so that logging allocates only when a batch is
+    /// larger than every one before.
+    static COMPACT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Logs one message: `payload` (a change batch in the WAL's form) ‖ `notes`.
+unsafe fn log_payload(payload: &[u8], notes: &[u8]) -> pg_sys::XLogRecPtr {
     pg_sys::ffi::pg_guard_ffi_boundary(|| {
         pg_sys::GetCurrentTransactionId();
         let prefix = PREFIX.to_bytes_with_nul();
@@ -64,12 +88,12 @@ pub unsafe fn log_change(encoded_put_batch: &[u8], notes: &[u8]) -> pg_sys::XLog
             db_id: pg_sys::MyDatabaseId,
             transactional: true,
             prefix_size: prefix.len(),
-            message_size: encoded_put_batch.len() + notes.len(),
+            message_size: payload.len() + notes.len(),
         };
         pg_sys::XLogBeginInsert();
         pg_sys::XLogRegisterData(&raw mut header as *mut c_char, std::mem::size_of::<LogicalMessageHeader>() as u32);
         pg_sys::XLogRegisterData(prefix.as_ptr() as *mut c_char, prefix.len() as u32);
-        pg_sys::XLogRegisterData(encoded_put_batch.as_ptr() as *mut c_char, encoded_put_batch.len() as u32);
+        pg_sys::XLogRegisterData(payload.as_ptr() as *mut c_char, payload.len() as u32);
         if !notes.is_empty() {
             pg_sys::XLogRegisterData(notes.as_ptr() as *mut c_char, notes.len() as u32);
         }

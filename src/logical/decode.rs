@@ -27,7 +27,7 @@
 
 use crate::wal::LogicalMessageHeader;
 use pasv_am::keys::decode_row_key;
-use pasv_am::protocol::{decode_request, parse_notes, put_batch_len, Note, Request};
+use pasv_am::protocol::{decode_request, expand, parse_notes, put_batch_len, Note, Request};
 use pasv_am::row::{RowHeader, HEADER_LEN};
 use pgrx::pg_sys;
 use std::collections::{HashMap, HashSet};
@@ -128,10 +128,15 @@ enum Change<'a> {
 }
 
 unsafe fn queue_row_changes(ctx: *mut pg_sys::LogicalDecodingContext, buf: &RecordBuffer) {
-    let Some(payload) = pasv_payload(ctx, buf) else { return };
+    let Some(logged) = pasv_payload(ctx, buf) else { return };
     // pasv writes only change batches under its prefix, but any session may
     // log a message with it (`pg_logical_emit_message`): such a message is
     // skipped, as recovery skips it, rather than stopping every decoder.
+    let Ok(payload) = expand(logged) else {
+        pgrx::warning!("pasv: skipping a damaged compact change message at {}", crate::fmt_lsn(buf.origptr));
+        return;
+    };
+    let payload: &[u8] = &payload;
     let Ok(Request::PutBatch { cf, batch, .. }) = decode_request(payload) else {
         pgrx::warning!("pasv: skipping a \"pasv\" message at {} that is not a change batch", crate::fmt_lsn(buf.origptr));
         return;

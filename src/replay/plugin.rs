@@ -11,7 +11,7 @@
 
 use crate::engine_client;
 use crate::error::CallError;
-use pasv_am::protocol::{decode_request, put_batch_len, ErrorCode, Request};
+use pasv_am::protocol::{decode_request, expand, put_batch_len, ErrorCode, Request};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -70,6 +70,12 @@ impl ReplayRun {
     fn apply(&mut self, commit_lsn: u64, message_lsn: u64, message: &[u8]) -> Result<(), CallError> {
         self.messages += 1;
         self.last_commit = self.last_commit.max(commit_lsn);
+        // Logged in the WAL's compact form (pasv_am::protocol::wal_form).
+        let Ok(message) = expand(message) else {
+            pgrx::warning!("pasv recovery: skipping a damaged compact change message ({} bytes)", message.len());
+            return Ok(());
+        };
+        let message: &[u8] = &message;
         let Ok(Request::PutBatch { cf, batch, .. }) = decode_request(message) else {
             pgrx::warning!("pasv recovery: skipping a pasv message that is not a change batch ({} bytes)", message.len());
             return Ok(());
@@ -205,8 +211,9 @@ unsafe extern "C-unwind" fn message(
 
 /// One text line per message for whoever peeks at a pasv slot.
 unsafe fn describe(ctx: *mut pg_sys::LogicalDecodingContext, xid: u32, lsn: u64, commit_lsn: u64, bytes: &[u8]) {
-    let line = match decode_request(bytes) {
-        Ok(Request::PutBatch { cf, batch, .. }) => format!(
+    let expanded = expand(bytes).ok();
+    let line = match expanded.as_deref().map(decode_request) {
+        Some(Ok(Request::PutBatch { cf, batch, .. })) => format!(
             "pasv xid {xid} message {} commit {}: table {cf}, {} entries",
             crate::fmt_lsn(lsn),
             crate::fmt_lsn(commit_lsn),

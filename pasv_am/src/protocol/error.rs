@@ -71,6 +71,8 @@ pub enum ProtocolError {
     UnknownTableKind(u32),
     #[error("part {0} of a PutBatches request is not a PutBatch")]
     NotPutBatch(usize),
+    #[error("damaged compact change message: {0}")]
+    BadCompactMessage(&'static str),
 }
 
 impl ProtocolError {

@@ -79,6 +79,7 @@ mod persistence;
 mod put_batch;
 mod put_batches;
 mod scan;
+mod wal_form;
 #[cfg(test)]
 mod test_support;
 
@@ -94,6 +95,7 @@ pub use persistence::{
 pub use put_batch::{encode_put_batch, put_batch_len, BatchBuilder, PUT_BATCH_LSN_AT};
 pub use put_batches::{write_part_prefix, write_put_batches_header, BatchParts, PART_PREFIX_LEN};
 pub use scan::ScanWriter;
+pub use wal_form::{compact, expand, COMPACT_TAG};
 
 use locks::LOCK_ROW_BODY_LEN;
 
