@@ -588,6 +588,14 @@ pub fn cached_row(cf: CfRef, rowid: u64, dest: &mut [u8]) -> Result<Option<ScanC
     Ok(found.map(|len| ScanCopied { len }))
 }
 
+/// Warm the CPU caches for [`cached_row`] of the rows after `rowid` of
+/// `cf` (an index fetch window walks ascending rowids).
+pub fn prefetch_cached_after(cf: CfRef, rowid: u64) {
+    if let Some(cache) = crate::shmem::row_cache() {
+        cache.prefetch_after(cf, rowid);
+    }
+}
+
 /// The newest `max` versions of row `rowid` of `cf` from the row cache, as
 /// a granted engine lock would bring them (`(key, value)` newest first, and
 /// whether older ones may exist), or `None` when the cache cannot tell. For

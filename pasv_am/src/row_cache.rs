@@ -334,6 +334,32 @@ impl RowCache {
         Some(more)
     }
 
+    /// Warms the caches for lookups of the rows after `rowid` of `cf`, for a
+    /// reader that walks ascending rowids (an index fetch window): the
+    /// lines row `rowid + 1`'s answer lies in (its head and data, found
+    /// through its tag words, which the call before warmed), and the tag
+    /// words of row `rowid + 2`. A lookup otherwise waits for three cache
+    /// misses in a row, tags, head, data (perf of the 100-row range sum:
+    /// 17 % of all CPU in `lookup_answer`, nearly all of it on those three
+    /// loads). Prefetches never fault and change nothing.
+    pub fn prefetch_after(&self, cf: CfRef, rowid: u64) {
+        let (next, tag) = self.place(cf, rowid.wrapping_add(1));
+        let set = self.set(next);
+        for way in ways_in(ways_tagged(set, tag)) {
+            prefetch_line(&set.heads[way]);
+            // Most answers take one or two ways of two lines each.
+            for line in 0..4 {
+                if let Some(word) = set.data.get(way * WAY_WORDS + line * 8) {
+                    prefetch_line(word);
+                }
+            }
+        }
+        let (after, _) = self.place(cf, rowid.wrapping_add(2));
+        let tags = &self.set(after).tags;
+        prefetch_line(&tags[0]);
+        prefetch_line(&tags[tags.len() - 1]);
+    }
+
     /// [`RowCache::lookup`], with whether the answer holds every version.
     fn lookup_answer(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<(usize, bool)> {
         let generation = self.header().generation.load(Ordering::Acquire) as u32;
@@ -664,6 +690,20 @@ fn ways_tagged(set: &Set, tag: u16) -> u64 {
 fn ways_in_use(set: &Set) -> u64 {
     const ALL_WAYS: u64 = u64::MAX >> (64 - WAYS);
     !ways_tagged(set, 0) & ALL_WAYS
+}
+
+/// Asks the CPU to bring the cache line holding `at` closer; a hint that
+/// never faults (no-op where there is no such instruction).
+#[inline(always)]
+fn prefetch_line<T>(at: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache; it reads nothing the
+    // program sees and never faults, and `at` is a valid reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((at as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// The ways whose bits are set in `mask`, lowest first.

@@ -444,7 +444,13 @@ impl RowStream {
         };
         let cached: Option<engine_client::ScanCopied> = match cache_row {
             Some(rowid) if self.mvcc => match engine_client::cached_row(self.cf, rowid, dest) {
-                Ok(c) => c.filter(|c| !in_window || has_entries(&dest[..c.len])),
+                Ok(c) => {
+                    if in_window && c.is_some() {
+                        // The window's next rows are likely cached too.
+                        engine_client::prefetch_cached_after(self.cf, rowid);
+                    }
+                    c.filter(|c| !in_window || has_entries(&dest[..c.len]))
+                }
                 Err(e) => e.raise(doing),
             },
             _ => None,
