@@ -65,6 +65,19 @@ rt_report() {
 
 # run_pgbench LABEL DB CLIENTS SECONDS [pgbench args...]: one measured run;
 # prints a line and sets TPS, LAT, TXNS, WALB (bytes/txn), CPUT (CPU s/txn).
+# wal_without_fpi LSN0 LSN1 TXNS: WAL bytes a transaction between the two
+# positions, full-page images left out (pg_waldump --stats): what a
+# transaction logs in a window that no checkpoint precedes closely; "-"
+# without pg_waldump.
+wal_without_fpi() {
+  local stats
+  [ "$1" != "$2" ] || { echo 0; return 0; }
+  [ -x "$PG_BIN/pg_waldump" ] || { echo -; return 0; }
+  # pg_waldump fails on a range it cannot read whole (recycled segments).
+  stats=$("$PG_BIN/pg_waldump" -p "$BENCH_DATA/pg_wal" -s "$1" -e "$2" --stats=record 2>/dev/null) || true
+  awk -v n="$3" '/^Total/ { printf "%d", $3 / (n > 0 ? n : 1); found = 1 } END { if (!found) print "-" }' <<<"$stats"
+}
+
 run_pgbench() {
   local label=$1 db=$2 clients=$3 seconds=$4 out lsn0 lsn1 j0 j1 rt0 rt1
   shift 4
@@ -79,24 +92,29 @@ run_pgbench() {
   LAT=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
   TXNS=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
   WALB=$(bench_psql -At -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest($TXNS, 1))")
+  WALNF=$(wal_without_fpi "$lsn0" "$lsn1" "$TXNS")
   CPUT=$(awk -v a="$j0" -v b="$j1" -v n="$TXNS" -v hz="$clk_tck" 'BEGIN { printf "%.6f", (b - a) / hz / (n > 0 ? n : 1) }')
-  printf '  %-34s tps %9.1f  latency %7.3f ms  WAL %6d B/txn  CPU %7.1f us/txn\n' "$label" "$TPS" "$LAT" "$WALB" "$(awk -v c="$CPUT" 'BEGIN { print c * 1e6 }')"
+  printf '  %-34s tps %9.1f  latency %7.3f ms  WAL %6d B/txn (%s without full-page images)  CPU %7.1f us/txn\n' "$label" "$TPS" "$LAT" "$WALB" "$WALNF" "$(awk -v c="$CPUT" 'BEGIN { print c * 1e6 }')"
   case $label in *pasv*) rt_report "$rt0" "$rt1" "$TXNS" ;; esac
 }
 
 # best_of: interleave heap and pasv ROUNDS times; keep the mean TPS of each.
 # compare NAME CLIENTS SECONDS DB_SUFFIX [pgbench args...]
 compare() {
-  local name=$1 clients=$2 seconds=$3 suffix=$4 r am sum_h=0 sum_p=0 lat_h=0 lat_p=0
+  local name=$1 clients=$2 seconds=$3 suffix=$4 r am sum_h=0 sum_p=0 lat_h=0 lat_p=0 wal_h=- wal_p=-
   shift 4
   for r in $(seq 1 "$ROUNDS"); do
     for am in heap pasv; do
       run_pgbench "$name $am #$r" "${suffix}_$am" "$clients" "$seconds" "$@"
-      if [ "$am" = heap ]; then sum_h=$(awk -v a="$sum_h" -v b="$TPS" 'BEGIN { print a + b }'); lat_h=$LAT
-      else sum_p=$(awk -v a="$sum_p" -v b="$TPS" 'BEGIN { print a + b }'); lat_p=$LAT; fi
+      if [ "$am" = heap ]; then sum_h=$(awk -v a="$sum_h" -v b="$TPS" 'BEGIN { print a + b }'); lat_h=$LAT; wal_h=$WALNF
+      else sum_p=$(awk -v a="$sum_p" -v b="$TPS" 'BEGIN { print a + b }'); lat_p=$LAT; wal_p=$WALNF; fi
     done
   done
   printf '  => %-30s pasv/heap throughput %s   latency pasv/heap %s\n' "$name" "$(ratio "$sum_p" "$sum_h")" "$(ratio "$lat_p" "$lat_h")"
+  if [ "$name" = "TPC-B 2 clients" ] && [ "$wal_h" != - ] && [ "$wal_p" != - ]; then
+    printf '  => WAL per TPC-B transaction without full-page images pasv/heap %s (%s / %s B; target <= 1.0 in a window without a checkpoint)\n' \
+      "$(ratio "$wal_p" "$wal_h")" "$wal_p" "$wal_h"
+  fi
 }
 
 section_tpcb() {
