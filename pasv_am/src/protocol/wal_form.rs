@@ -8,8 +8,9 @@
 //! Why: a `PutBatch` is laid out for the channel (8-byte alignment so that
 //! tuples are read in place, fixed-width keys and headers), which costs 24
 //! bytes a message and about 50 an entry beyond the tuple. Logged as is, a
-//! TPC-B transaction wrote 838 bytes of WAL against heap's 562-716 in the
-//! same runs, and a bulk insert 120 bytes a row against heap's 104.
+//! TPC-B transaction wrote 838 bytes of WAL (heap: about 550 without its
+//! full-page images) and a bulk insert 120 bytes a row (heap: 104); in
+//! this form, 511 and 58 (`src/ipc/HOT_PATH.md` §33).
 //!
 //! Compact form: tag [`COMPACT_TAG`] ‖ varint db ‖ varint rel ‖ varint
 //! count ‖ entries. An entry is varint zigzag(rowid − previous rowid) ‖
