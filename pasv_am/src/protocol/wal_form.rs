@@ -35,8 +35,8 @@
 use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
-use crate::keys::{decode_row_key, row_key, rowid_to_tid, ROW_KEY_LEN};
-use crate::row::{RowHeader, FLAG_MOVED, FORMAT_V1};
+use crate::keys::{decode_row_key, row_key, rowid_to_tid};
+use crate::row::{RowHeader, FLAG_MOVED};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -97,7 +97,7 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
     put_varint(out, batch.len() as u64);
     let (mut prev_rowid, mut prev_xid) = (0u64, 0u64);
     for (key, value) in batch.iter() {
-        let Some((rowid, version)) = decode_row_key(key).filter(|_| key.len() == ROW_KEY_LEN) else {
+        let Some((rowid, version)) = decode_row_key(key) else {
             out.clear();
             return false;
         };
@@ -209,7 +209,6 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                     value.extend_from_slice(&derived_prefix(rowid, &header));
                 }
                 value.extend_from_slice(r.take(tuple_len)?);
-                debug_assert_eq!(value[0], FORMAT_V1);
             }
             RAW => {
                 let len = r.varint()?;
@@ -234,14 +233,8 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_support::xorshift;
     use crate::row::{FLAG_FROZEN, FLAG_TOMBSTONE};
-
-    fn xorshift(state: &mut u64) -> u64 {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        *state
-    }
 
     fn request(cf: CfRef, entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
         let mut b = BatchBuilder::new();
@@ -261,32 +254,32 @@ mod tests {
 
     #[test]
     fn random_batches_expand_to_the_same_bytes_and_are_smaller() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let (mut logged, mut compacted) = (0usize, 0usize);
         for round in 0..500 {
-            let n = (xorshift(&mut s) % 40) as usize;
-            let base = xorshift(&mut s) % (1 << 40);
-            let xid = xorshift(&mut s) % (1 << 36);
+            let n = next(40) as usize;
+            let base = next(1 << 40);
+            let xid = next(1 << 36);
             let mut entries = Vec::new();
             for i in 0..n {
-                let rowid = match xorshift(&mut s) % 3 {
+                let rowid = match next(3) {
                     0 => base + i as u64,
                     1 => base.saturating_sub(i as u64 * 7),
-                    _ => xorshift(&mut s) % (1 << 48),
+                    _ => next(1 << 48),
                 };
-                let version = (xorshift(&mut s) % 5) as u32 * if round % 7 == 0 { u32::MAX / 5 } else { 1 };
+                let version = next(5) as u32 * if round % 7 == 0 { u32::MAX / 5 } else { 1 };
                 let key = row_key(rowid, version).to_vec();
-                let tuple: Vec<u8> = (0..xorshift(&mut s) % 200).map(|_| xorshift(&mut s) as u8).collect();
-                let v = match xorshift(&mut s) % 6 {
+                let tuple: Vec<u8> = (0..next(200)).map(|_| next(256) as u8).collect();
+                let v = match next(6) {
                     0 => Vec::new(),
-                    1 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid: 3, xid, moved_to: xorshift(&mut s) >> 8 }, &[]),
+                    1 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid: 3, xid, moved_to: 1 + next(1 << 56) }, &[]),
                     2 => value(RowHeader { flags: FLAG_FROZEN, cid: u32::MAX, xid: xid + 1, moved_to: 0 }, &tuple),
                     // Not a row header: kept as it stands.
                     3 => tuple.iter().copied().chain([9u8]).collect(),
-                    4 => value(RowHeader { flags: 0, cid: (xorshift(&mut s) % 100) as u32, xid: xid.wrapping_sub(i as u64), moved_to: 0 }, &tuple),
+                    4 => value(RowHeader { flags: 0, cid: next(100) as u32, xid: xid.wrapping_sub(i as u64), moved_to: 0 }, &tuple),
                     // As a backend stores it: its heap header repeats the row's.
                     _ => {
-                        let h = RowHeader { flags: 0, cid: (xorshift(&mut s) % 100) as u32, xid: xid + i as u64, moved_to: 0 };
+                        let h = RowHeader { flags: 0, cid: next(100) as u32, xid: xid + i as u64, moved_to: 0 };
                         let mut t = derived_prefix(rowid, &h).to_vec();
                         t.extend_from_slice(&tuple);
                         value(h, &t)
@@ -294,7 +287,7 @@ mod tests {
                 };
                 entries.push((key, v));
             }
-            let cf = CfRef { db: (xorshift(&mut s) % 100_000) as u32, rel: xorshift(&mut s) as u32 };
+            let cf = CfRef { db: next(100_000) as u32, rel: next(1 << 32) as u32 };
             let req = request(cf, &entries);
             let mut out = Vec::new();
             assert!(compact(&req, &mut out), "round {round}");
