@@ -72,7 +72,7 @@ SELECT count(*) AS orphan_column_families FROM pasv.column_families() c
 -- (5 000 updates in one transaction) must stay deleted: its removals went
 -- newest first, so the tombstone went in the first batch and the row came
 -- back with its last committed version.
-CREATE TABLE cp_versions (id int, v int) USING pasv;
+CREATE TABLE cp_versions (id int PRIMARY KEY, v int) USING pasv;
 INSERT INTO cp_versions VALUES (1, 0);
 DO $$ BEGIN FOR i IN 1..5000 LOOP UPDATE cp_versions SET v = i; END LOOP; END $$;
 DELETE FROM cp_versions;

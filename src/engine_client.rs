@@ -969,10 +969,12 @@ pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, indexed: b
 }
 
 /// Buffer one row's change batch of transaction `xid` for `cf` (a delete or
-/// an in-place update under a row lock held in shared memory: see
+/// an update under a row lock held in shared memory: see
 /// `tam/rowops.rs::write_row_change`), joining the rows buffered before it.
-/// False when the batch alone would not fit a request (send it now).
-pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rowid: u64, batch: &BatchBuilder) -> Result<bool, CallError> {
+/// `rows` are the rowids the batch writes: this backend's own reads of any
+/// of them send the buffer first. False when the batch alone would not fit
+/// a request (send it now).
+pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rows: &[u64], batch: &BatchBuilder) -> Result<bool, CallError> {
     if batch.encoded_len() > batch_capacity() {
         return Ok(false);
     }
@@ -980,7 +982,7 @@ pub fn buffer_batch(cf: CfRef, logged: bool, xid: u32, rowid: u64, batch: &Batch
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let t = current_table(&mut p)?;
-        t.rows.insert(rowid);
+        t.rows.extend(rows.iter().copied());
         t.batch.append(batch).map_err(|e| CallError::Protocol(e.to_string()))
     })?;
     Ok(true)

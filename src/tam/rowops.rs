@@ -663,17 +663,20 @@ unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &
 /// cannot see it, writers and lockers wait for the lock, and a unique
 /// check, which must wait for a deleter or updater in progress, finds the
 /// lock marked as written (`row_locks::note_write`, read by `tam/fetch.rs`).
-/// A moved row is never buffered: its new rowid's index entries follow at
+/// `moved_to`: the new rowid of a row that moves (nothing but the old
+/// rowid's chain leads there). A row that moves in a table with indexes is
+/// never buffered (call [`write`]): its new rowid's index entries follow at
 /// once, and a unique check that finds them must find the row. Nor is a
 /// SERIALIZABLE transaction's change: a serializable reader of the row must
 /// see the change in progress to record its rw-conflict (heap's conflict
 /// out), or write skew goes undetected (`sql/serializable`).
-unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, batch: &BatchBuilder, doing: &str) {
+unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, moved_to: Option<u64>, batch: &BatchBuilder, doing: &str) {
     let top = u32::from(pg_sys::GetTopTransactionId());
     let serializable = pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32;
     if !serializable && crate::row_locks::note_write(cf, rowid, top) {
         let xid = pg_sys::GetCurrentFullTransactionId().value as u32;
-        match engine_client::buffer_batch(cf, super::logs_changes(rel), xid, rowid, batch) {
+        let rows = [rowid, moved_to.unwrap_or(rowid)];
+        match engine_client::buffer_batch(cf, super::logs_changes(rel), xid, &rows, batch) {
             Ok(true) => {
                 crate::xact::mark_written();
                 return;
@@ -738,7 +741,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
-            write_row_change(rel, cf, rowid, &batch, "deleting from");
+            write_row_change(rel, cf, rowid, None, &batch, "deleting from");
             pg_sys::pgstat_count_heap_delete(rel);
             let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
             DELETED_ROW.with(|d| *d.borrow_mut() = Some(DeletedRow { cf, rowid, xid, cid, chain, head: h }));
@@ -793,7 +796,12 @@ pub unsafe extern "C-unwind" fn tuple_update(
     (*slot_tuple).t_tableOid = (*rel).rd_id;
     let mut old = chain.tuple(rel, rowid, h);
     let change = indexed_columns_change(rel, &mut old, slot);
-    let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other;
+    // A table without indexes moves every updated row to a new rowid, as
+    // heap puts the new version after the others: scans meet updated rows
+    // last (the core suite's row-order tests). Nothing points at the old
+    // rowid but the version chain, so the move costs no index work.
+    let unindexed = !(*(*rel).rd_rel).relhasindex;
+    let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other || unindexed;
     let mut batch = notes::batch_for(rel);
     // A moved row's subscribers find it by its old key; an updated one by
     // its new key, unless the identity is the whole row.
@@ -826,10 +834,12 @@ pub unsafe extern "C-unwind" fn tuple_update(
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);
-    if moves {
-        write(rel, cf, &batch, "updating");
+    if !moves {
+        write_row_change(rel, cf, rowid, None, &batch, "updating");
+    } else if unindexed {
+        write_row_change(rel, cf, rowid, Some(new_rowid), &batch, "updating");
     } else {
-        write_row_change(rel, cf, rowid, &batch, "updating");
+        write(rel, cf, &batch, "updating");
     }
     tid_from_rowid(new_rowid, &mut (*slot).tts_tid);
     (*slot_tuple).t_self = (*slot).tts_tid;
@@ -837,7 +847,8 @@ pub unsafe extern "C-unwind" fn tuple_update(
         // The slot's own tuple (its stored copy was encoded above).
         super::set_xmax(slot_tuple, super::Xmax::Locked(pg_sys::LockTupleMode::LockTupleExclusive));
     }
-    pg_sys::pgstat_count_heap_update(rel, !moves, false);
+    // Heap's HOT rule: no column of a non-summarizing index changed.
+    pg_sys::pgstat_count_heap_update(rel, change != IndexedChange::Other, false);
     if tuple != slot_tuple {
         pg_sys::heap_freetuple(tuple);
     }

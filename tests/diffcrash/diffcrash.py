@@ -11,8 +11,10 @@ is a pasv bug.
 
 The pairs: t1..t5, (k int PRIMARY KEY, u int UNIQUE, v int, t text) with an
 index on v (t4's u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE; t5's twins are
-UNLOGGED, so a crash empties both and a clean stop keeps both), 150 rows each
-at the start; k and u in 0..299 so that transactions conflict; t sometimes
+UNLOGGED, so a crash empties both and a clean stop keeps both), and t6 with
+the same columns and no index at all (an updated row moves to a new rowid
+there, as heap's goes after the others; no ON CONFLICT or CLUSTER on it),
+150 rows each at the start; k and u in 0..299 so that transactions conflict; t sometimes
 3-22 kB (TOAST). Each client also creates and drops its own pair x<client>.
 The transactions mix single and multi-row INSERT, UPDATE of indexed and
 non-indexed columns, DELETE, INSERT ... ON CONFLICT DO UPDATE / DO NOTHING,
@@ -99,7 +101,9 @@ from dataclasses import dataclass, field
 import psycopg
 
 DB = "diffcrash"
-BASE_PAIRS = ("t1", "t2", "t3", "t4", "t5")
+BASE_PAIRS = ("t1", "t2", "t3", "t4", "t5", "t6")
+INDEXED_PAIRS = ("t1", "t2", "t3", "t4", "t5")
+NOINDEX_PAIR = "t6"  # no index: no ON CONFLICT, no CLUSTER
 DEFERRABLE_PAIR = "t4"  # its u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE
 # PostgreSQL's BUG #17731 (reported against 15.1, still in 16.2): when an
 # unlogged relation's main fork is on disk at a crash but its init fork is not,
@@ -164,9 +168,11 @@ def pair_tables(pair: str) -> tuple[str, str]:
     return f"{pair}_p", f"{pair}_h"
 
 
-def table_ddl(table: str, am: str, deferrable: bool, unlogged: bool = False) -> list[str]:
+def table_ddl(table: str, am: str, deferrable: bool, unlogged: bool = False, indexed: bool = True) -> list[str]:
     uniq = "UNIQUE DEFERRABLE INITIALLY IMMEDIATE" if deferrable else "UNIQUE"
     kind = "UNLOGGED TABLE" if unlogged else "TABLE"
+    if not indexed:
+        return [f"CREATE {kind} {table} (k int, u int, v int, t text) USING {am}"]
     return [f"CREATE {kind} {table} (k int PRIMARY KEY, u int {uniq}, v int, t text) USING {am}",
             f"CREATE INDEX {table}_v ON {table} (v)"]
 
@@ -298,6 +304,9 @@ class Workload:
                ("upsert_nothing", 8)]
         if not in_plpgsql:
             ops.append(("select", 6))
+        indexed = pair != NOINDEX_PAIR
+        if not indexed:  # no arbiter index for ON CONFLICT
+            ops = [o for o in ops if not o[0].startswith("upsert")]
         kind = self.pick(ops)
         ret = "" if in_plpgsql or self.rng.random() < 0.7 else " RETURNING k, u, v"
         cols = "INSERT INTO {T} (k, u, v, t) VALUES "
@@ -309,6 +318,8 @@ class Workload:
             a, b = self.range_(20)
             off = self.rng.randrange(KEYS)
             conflict = self.rng.choice(["", " ON CONFLICT DO NOTHING", " ON CONFLICT DO NOTHING", " ON CONFLICT (k) DO NOTHING"])
+            if not indexed:
+                conflict = ""
             if deferrable and conflict == " ON CONFLICT DO NOTHING":
                 conflict = " ON CONFLICT (k) DO NOTHING"  # deferrable constraints cannot be arbiters
             sql = (f"INSERT INTO {{T}} (k, u, v, t) SELECT g, (g + {off}) % {KEYS}, g % 7, 's{self.client}-' || g "
@@ -410,7 +421,7 @@ class Workload:
             p = self.base()
             txn.steps = [self.alter(p)] + self.dml(0, 2, p)
         elif kind == "cluster":
-            p = self.base()
+            p = self.rng.choice(INDEXED_PAIRS)
             txn.steps = [Pair(f"CLUSTER {{T}} USING {{T}}_{self.rng.choice(['pkey', 'v'])}", p)] + self.dml(0, 1, p)
         elif kind == "vacuum":
             txn.autocommit = True
@@ -951,7 +962,7 @@ class SeedRun:
                       "$$ SELECT string_agg(md5(s || ':' || i), '' ORDER BY i) FROM generate_series(1, n) i $$")
             for pair in BASE_PAIRS:
                 for table, am in zip(pair_tables(pair), ("pasv", "heap")):
-                    for ddl in table_ddl(table, am, pair == DEFERRABLE_PAIR, pair == UNLOGGED_PAIR):
+                    for ddl in table_ddl(table, am, pair == DEFERRABLE_PAIR, pair == UNLOGGED_PAIR, pair != NOINDEX_PAIR):
                         c.execute(ddl)
                     c.execute(f"INSERT INTO {table} SELECT g, g, g % 17, 'init ' || g FROM generate_series(0, {KEYS - 1}, 2) g")
             self.has_crash_point = c.execute(
