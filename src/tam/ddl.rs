@@ -98,7 +98,7 @@ pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
     old: pg_sys::Relation,
     new: pg_sys::Relation,
     old_index: pg_sys::Relation,
-    _use_sort: bool,
+    use_sort: bool,
     oldest_xmin: pg_sys::TransactionId,
     xid_cutoff: *mut pg_sys::TransactionId,
     _multi_cutoff: *mut pg_sys::MultiXactId,
@@ -107,8 +107,15 @@ pub unsafe extern "C-unwind" fn relation_copy_for_cluster(
     tups_recently_dead: *mut f64,
 ) {
     let doing = format!("rewriting {}", rel_name(old));
-    // CLUSTER: new rowids in index order, so scans return rows in that order.
-    let order = (!old_index.is_null()).then(|| super::vacuum::index_order(old, old_index, &doing));
+    // CLUSTER: new rowids in index order, so scans return rows in that order;
+    // by a sort when PostgreSQL found that cheaper, as heap's.
+    let order = (!old_index.is_null()).then(|| {
+        if use_sort {
+            super::vacuum::sort_order(old, old_index, &doing)
+        } else {
+            super::vacuum::index_order(old, old_index, &doing)
+        }
+    });
     let report = super::vacuum::copy_rows(old, new, oldest_xmin, *xid_cutoff, order.as_ref(), &doing);
     *num_tuples = report.live_rows;
     *tups_vacuumed = report.removed_versions;

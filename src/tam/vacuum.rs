@@ -364,6 +364,67 @@ unsafe fn reform(old: pg_sys::Relation, new: pg_sys::Relation, tuple: &mut pg_sy
     formed
 }
 
+/// CLUSTER's new rowids when PostgreSQL chose a sort over an index scan
+/// (`use_sort`, as heap's copy for CLUSTER does): each row's newest
+/// version not written by an aborted transaction, unless it is a
+/// tombstone, goes through PostgreSQL's CLUSTER tuplesort in rowid order;
+/// rows take their places in the sorted order (so rows with equal keys,
+/// which the sort leaves in no defined order, come out as heap's do for
+/// the same rows in the same physical order), then the rest in rowid
+/// order. Tuples are copied into aligned memory before the sort reads them.
+///
+/// # Safety
+/// Backend inside CLUSTER's transaction; both relations open and locked.
+pub unsafe fn sort_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing: &str) -> HashMap<u64, u64> {
+    let sort = pg_sys::tuplesort_begin_cluster((*rel).rd_att, index, pg_sys::maintenance_work_mem, std::ptr::null_mut(), 0);
+    let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    let mut last_row = None;
+    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+        // Versions come newest first: a row is decided by its first
+        // version whose creator did not abort.
+        if last_row == Some(v.rowid) || creator_of(&v.header) == Creator::Aborted {
+            return true;
+        }
+        last_row = Some(v.rowid);
+        if v.header.is_tombstone() || v.value.len() <= HEADER_LEN {
+            return true;
+        }
+        let len = v.value.len() - HEADER_LEN;
+        let data = pg_sys::palloc(len) as *mut u8;
+        std::ptr::copy_nonoverlapping(v.value[HEADER_LEN..].as_ptr(), data, len);
+        let mut tuple = pg_sys::HeapTupleData {
+            t_len: len as u32,
+            t_tableOid: (*rel).rd_id,
+            t_data: data as pg_sys::HeapTupleHeader,
+            ..Default::default()
+        };
+        super::tid_from_rowid(v.rowid, &mut tuple.t_self);
+        pg_sys::tuplesort_putheaptuple(sort, &mut tuple);
+        pg_sys::pfree(data as *mut _);
+        true
+    });
+    pg_sys::tuplesort_performsort(sort);
+    let mut order: HashMap<u64, u64> = HashMap::new();
+    // Bounded by the rows put in: each call returns the next or null.
+    loop {
+        let tuple = pg_sys::tuplesort_getheaptuple(sort, true);
+        if tuple.is_null() {
+            break;
+        }
+        if let Some(rowid) = super::rowid_from_tid(&mut (*tuple).t_self) {
+            let next = order.len() as u64;
+            order.entry(rowid).or_insert(next);
+        }
+    }
+    pg_sys::tuplesort_end(sort);
+    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+        let next = order.len() as u64;
+        order.entry(v.rowid).or_insert(next);
+        true
+    });
+    order
+}
+
 /// CLUSTER's new rowids: rows in the order of `index` (read with SnapshotAny,
 /// first entry of a row wins), then rows no index entry names, in rowid order.
 ///
