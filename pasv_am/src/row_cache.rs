@@ -360,6 +360,35 @@ impl RowCache {
         prefetch_line(&tags[tags.len() - 1]);
     }
 
+    /// Warms the lines a later [`RowCache::write_new_if_room`] of row
+    /// `rowid` of `cf` touches, for a writer that stores ascending rowids (a
+    /// bulk batch's new rows), in two steps a few rows apart: the far step
+    /// brings the set's lock and way words and its tag words; the near step
+    /// reads the ways in use (which the far step warmed) and brings the
+    /// head and first data lines of the free way the store will take. A
+    /// store otherwise waits for four or five cache misses in a row (perf of
+    /// a COPY: `store_in` 10 % of all CPU, a third of the engine's share).
+    /// Prefetches never fault and change nothing; the unlocked read of the
+    /// ways in use is a hint only.
+    pub fn prefetch_store(&self, cf: CfRef, rowid: u64, near: bool) {
+        let (index, _) = self.place(cf, rowid);
+        let set = self.set(index);
+        if !near {
+            prefetch_line(&set.lock);
+            prefetch_line(&set.tags[0]);
+            prefetch_line(&set.tags[set.tags.len() - 1]);
+            return;
+        }
+        if let Some(way) = free_run(set.occupied.load(Ordering::Relaxed), 1) {
+            prefetch_line(&set.heads[way]);
+            for line in 0..2 {
+                if let Some(word) = set.data.get(way * WAY_WORDS + line * 8) {
+                    prefetch_line(word);
+                }
+            }
+        }
+    }
+
     /// [`RowCache::lookup`], with whether the answer holds every version.
     fn lookup_answer(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<(usize, bool)> {
         let generation = self.header().generation.load(Ordering::Acquire) as u32;
@@ -915,6 +944,35 @@ mod tests {
         }
         let used = c.set(0).occupied.load(Ordering::Relaxed).count_ones() as usize;
         assert!(used + WARM_ROOM > WAYS);
+    }
+
+    /// Prefetching for a store changes nothing: every row answers as before
+    /// and every set holds the same ways, full sets and empty ones alike.
+    #[test]
+    fn prefetch_store_changes_nothing() {
+        let r = cache(4);
+        let c = r.1;
+        let value = vec![3u8; 40];
+        for rowid in 0..200u64 {
+            c.write_new_if_room(T, rowid, &row_key(rowid, 0), &value);
+        }
+        let state = |c: &RowCache| {
+            let answers: Vec<Option<Vec<u8>>> = (0..400u64)
+                .map(|rowid| {
+                    let mut out = [0u8; 4096];
+                    c.lookup(T, rowid, &mut out).map(|n| out[..n].to_vec())
+                })
+                .collect();
+            let ways: Vec<u64> = (0..4).map(|i| c.set(i).occupied.load(Ordering::Relaxed)).collect();
+            (answers, ways)
+        };
+        let before = state(&c);
+        assert!(before.0.iter().any(Option::is_some) && before.0.iter().any(Option::is_none));
+        for rowid in 0..400 {
+            c.prefetch_store(T, rowid, false);
+            c.prefetch_store(T, rowid, true);
+        }
+        assert_eq!(before, state(&c));
     }
 
     fn answer(entries: &[([u8; ROW_KEY_LEN], Vec<u8>)], more: bool) -> Vec<u8> {

@@ -83,6 +83,10 @@ impl Engine {
 /// Entries of a batch above which it is a bulk write, whose new rows are
 /// cached only into free ways (`update_cache`).
 const BULK_ENTRIES: usize = 32;
+/// How many entries ahead a bulk batch's cache fill warms a set's words
+/// (far) and then the lines of the way it will take (near).
+const STORE_PREFETCH_FAR: usize = 6;
+const STORE_PREFETCH_NEAR: usize = 3;
 
 /// Brings the cached answers of the rows `batch` wrote up to date. A row
 /// is cached anew only when the batch is a live logged write (`lsn` > 0, so
@@ -110,13 +114,22 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         .collect();
     // Stable: a row's operations keep their order.
     ops.sort_by_key(|(rowid, _, _)| *rowid);
+    let rowids: Vec<u64> = if bulk { ops.iter().map(|(rowid, _, _)| *rowid).collect() } else { Vec::new() };
     let mut row_ops = Vec::new();
     let mut rest = &mut ops[..];
     while let Some(&(rowid, _, _)) = rest.first() {
+        let at = rowids.len().saturating_sub(rest.len());
         let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
         let (run, tail) = rest.split_at_mut(n);
         let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some_and(is_unfrozen);
         if fresh && bulk {
+            // Rows a few entries ahead (most of a bulk batch is new rows).
+            if let Some(&far) = rowids.get(at + STORE_PREFETCH_FAR) {
+                cache.prefetch_store(cf, far, false);
+            }
+            if let Some(&near) = rowids.get(at + STORE_PREFETCH_NEAR) {
+                cache.prefetch_store(cf, near, true);
+            }
             if let [(_, _, RowOp { key, value: Some(value) })] = run {
                 cache.write_new_if_room(cf, rowid, key, value);
             }
