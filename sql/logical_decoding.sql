@@ -151,3 +151,40 @@ DROP PUBLICATION ld_pub;
 DROP TABLE ld_heap, ld_pasv, ld_pts;
 DROP TABLESPACE ld_ts;
 DROP FUNCTION ld_work, ld_work_full, ld_big;
+-- A table without indexes, where every UPDATE moves the row: with REPLICA
+-- IDENTITY FULL its changes decode to heap's (the old row, then the new);
+-- without a replica identity, UPDATE is refused as on heap.
+CREATE TABLE ld_ni_heap (a int, b text) USING heap;
+CREATE TABLE ld_ni_pasv (a int, b text) USING pasv;
+ALTER TABLE ld_ni_heap REPLICA IDENTITY FULL;
+ALTER TABLE ld_ni_pasv REPLICA IDENTITY FULL;
+CREATE PUBLICATION ld_ni FOR TABLE ld_ni_heap, ld_ni_pasv;
+SELECT 'slot' FROM pg_create_logical_replication_slot('ld_ni_slot', 'pgoutput');
+CREATE FUNCTION ld_ni_work(t text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE format('INSERT INTO %I VALUES (1, %L), (2, %L), (3, %L)', t, 'x', 'y', 'z');
+  EXECUTE format('UPDATE %I SET b = %L WHERE a = 1', t, 'moved');
+  EXECUTE format('UPDATE %I SET b = b || %L WHERE a = 1', t, ' again');
+  EXECUTE format('DELETE FROM %I WHERE a = 2', t);
+END $$;
+SELECT ld_ni_work('ld_ni_heap');
+SELECT ld_ni_work('ld_ni_pasv');
+SET client_min_messages = error;
+CREATE TABLE ld_ni_changes AS
+  SELECT row_number() OVER () AS n,
+         CASE WHEN ('x' || encode(substr(data, 2, 4), 'hex'))::bit(32)::int = 'ld_ni_pasv'::regclass::oid::int THEN 'pasv' ELSE 'heap' END AS am,
+         chr(get_byte(data, 0)) || ' ' || encode(substr(data, 6), 'escape') AS change
+    FROM pg_logical_slot_get_binary_changes('ld_ni_slot', NULL, NULL, 'proto_version', '1', 'publication_names', 'ld_ni')
+   WHERE get_byte(data, 0) IN (ascii('I'), ascii('U'), ascii('D'));
+RESET client_min_messages;
+SELECT am, count(*) AS changes,
+       string_agg(left(change, 1), '' ORDER BY n) AS kinds
+  FROM ld_ni_changes GROUP BY am ORDER BY am;
+SELECT (SELECT array_agg(change ORDER BY n) FROM ld_ni_changes WHERE am = 'heap')
+     = (SELECT array_agg(change ORDER BY n) FROM ld_ni_changes WHERE am = 'pasv') AS same_changes;
+SELECT pg_drop_replication_slot('ld_ni_slot');
+ALTER TABLE ld_ni_pasv REPLICA IDENTITY DEFAULT;
+UPDATE ld_ni_pasv SET b = 'refused' WHERE a = 1;
+DROP PUBLICATION ld_ni;
+DROP TABLE ld_ni_changes, ld_ni_heap, ld_ni_pasv;
+DROP FUNCTION ld_ni_work;
