@@ -70,8 +70,7 @@ BEGIN
   END LOOP;
   RAISE NOTICE 'rows backward: %, sum %', n, s;
 END $$;
--- Updated rows (moved after the others: the table has no index), the
--- transaction's own changes, and an aborted insert.
+-- Updated rows, the transaction's own changes, and an aborted insert.
 UPDATE bw_p SET v = 'updated' WHERE id IN (2, 599);
 BEGIN;
 INSERT INTO bw_p VALUES (601, 'own insert');

@@ -151,9 +151,11 @@ DROP PUBLICATION ld_pub;
 DROP TABLE ld_heap, ld_pasv, ld_pts;
 DROP TABLESPACE ld_ts;
 DROP FUNCTION ld_work, ld_work_full, ld_big;
--- A table without indexes, where every UPDATE moves the row: with REPLICA
--- IDENTITY FULL its changes decode to heap's (the old row, then the new);
--- without a replica identity, UPDATE is refused as on heap.
+-- A table without indexes, where every UPDATE moves the row
+-- (pasv.move_unindexed_updates): with REPLICA IDENTITY FULL its changes
+-- decode to heap's (the old row, then the new); without a replica
+-- identity, UPDATE is refused as on heap.
+SET pasv.move_unindexed_updates = on;
 CREATE TABLE ld_ni_heap (a int, b text) USING heap;
 CREATE TABLE ld_ni_pasv (a int, b text) USING pasv;
 ALTER TABLE ld_ni_heap REPLICA IDENTITY FULL;
@@ -188,3 +190,4 @@ UPDATE ld_ni_pasv SET b = 'refused' WHERE a = 1;
 DROP PUBLICATION ld_ni;
 DROP TABLE ld_ni_changes, ld_ni_heap, ld_ni_pasv;
 DROP FUNCTION ld_ni_work;
+RESET pasv.move_unindexed_updates;

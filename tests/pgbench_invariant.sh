@@ -6,7 +6,7 @@
 #                          = sum(history.delta)
 # (no update lost under concurrent writers), and every table must be pasv.
 # Then: concurrent upserts, committed and rolled-back updates of hot rows,
-# and the TPC-B invariant on tables without indexes (rows move on UPDATE).
+# and the TPC-B invariant on tables without indexes whose rows move on UPDATE.
 # Usage: tests/pgbench_invariant.sh PG_BIN HOST PORT [SCALE CLIENTS SECONDS]
 # Exit 0 when the invariant holds; prints what it checked.
 set -euo pipefail
@@ -97,7 +97,8 @@ done
 echo "hot-row counters add up"
 
 # The TPC-B invariant on tables without indexes, where every UPDATE moves
-# its row to a new rowid (as heap puts the new version after the others):
+# its row to a new rowid with pasv.move_unindexed_updates (as heap puts the
+# new version after the others):
 # under READ COMMITTED, writers that wait for a row follow its move
 # (EvalPlanQual) and update the moved row, so no increment is lost and no
 # row is duplicated or lost either (one branch: every transaction contends
@@ -114,7 +115,7 @@ printf '%s\n' '\set aid random(1, 1000)' '\set tid random(1, 10)' '\set delta ra
   'UPDATE mv_branches SET bbalance = bbalance + :delta WHERE bid = 1;' \
   'INSERT INTO mv_history VALUES (:tid, :aid, :delta);' 'END;' >"$moves_script"
 echo "pgbench TPC-B on tables without indexes (rows move): 8 clients, $upsert_seconds s"
-out=$("$pg_bin/pgbench" -n -f "$moves_script" -c 8 -j 2 -T "$upsert_seconds" -h "$host" -p "$port" -U postgres pasv_pgbench 2>&1) || {
+out=$(PGOPTIONS="-c pasv.move_unindexed_updates=on" "$pg_bin/pgbench" -n -f "$moves_script" -c 8 -j 2 -T "$upsert_seconds" -h "$host" -p "$port" -U postgres pasv_pgbench 2>&1) || {
   echo "$out"; echo "FAIL: pgbench on tables without indexes exited non-zero"; exit 1; }
 grep -E "^number of (transactions actually processed|failed transactions)" <<<"$out"
 processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")

@@ -12,8 +12,9 @@ is a pasv bug.
 The pairs: t1..t5, (k int PRIMARY KEY, u int UNIQUE, v int, t text) with an
 index on v (t4's u is UNIQUE DEFERRABLE INITIALLY IMMEDIATE; t5's twins are
 UNLOGGED, so a crash empties both and a clean stop keeps both), and t6 with
-the same columns and no index at all (an updated row moves to a new rowid
-there, as heap's goes after the others; no ON CONFLICT or CLUSTER on it),
+the same columns and no index at all (the clients set
+pasv.move_unindexed_updates, so an updated row moves to a new rowid there,
+as heap's goes after the others; no ON CONFLICT or CLUSTER on it),
 150 rows each at the start; k and u in 0..299 so that transactions conflict; t sometimes
 3-22 kB (TOAST). Each client also creates and drops its own pair x<client>.
 The transactions mix single and multi-row INSERT, UPDATE of indexed and
@@ -120,7 +121,8 @@ SHORT_SEEDS = (1, 2, 3)
 SHORT_CYCLES_PER_SEED = 3
 LONG_CYCLES_PER_SEED = 20
 RECOVERY_TIMEOUT = 120
-CLIENT_OPTIONS = "-c statement_timeout=30s -c lock_timeout=10s -c deadlock_timeout=100ms"
+# pasv.move_unindexed_updates: the pair without indexes (t6) moves its rows on UPDATE.
+CLIENT_OPTIONS = "-c statement_timeout=30s -c lock_timeout=10s -c deadlock_timeout=100ms -c pasv.move_unindexed_updates=on"
 
 # Errors a correct engine raises under concurrency: roll back and go on.
 TRANSIENT = {"40001", "40P01", "55P03", "57014"}
