@@ -371,15 +371,21 @@ unsafe fn reform(old: pg_sys::Relation, new: pg_sys::Relation, tuple: &mut pg_sy
 /// rows take their places in the sorted order (so rows with equal keys,
 /// which the sort leaves in no defined order, come out as heap's do for
 /// the same rows in the same physical order), then the rest in rowid
-/// order. Tuples are copied into aligned memory before the sort reads them.
+/// order (remembered from the same walk). Tuples are copied into aligned
+/// memory before the sort reads them.
 ///
 /// # Safety
 /// Backend inside CLUSTER's transaction; both relations open and locked.
 pub unsafe fn sort_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing: &str) -> HashMap<u64, u64> {
     let sort = pg_sys::tuplesort_begin_cluster((*rel).rd_att, index, pg_sys::maintenance_work_mem, std::ptr::null_mut(), 0);
     let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
+    // Every rowid, ascending, for the rows the sort does not place.
+    let mut rowids: Vec<u64> = Vec::new();
     let mut last_row = None;
     super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+        if rowids.last() != Some(&v.rowid) {
+            rowids.push(v.rowid);
+        }
         // Versions come newest first: a row is decided by its first
         // version whose creator did not abort.
         if last_row == Some(v.rowid) || creator_of(&v.header) == Creator::Aborted {
@@ -417,11 +423,10 @@ pub unsafe fn sort_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing: 
         }
     }
     pg_sys::tuplesort_end(sort);
-    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+    for rowid in rowids {
         let next = order.len() as u64;
-        order.entry(v.rowid).or_insert(next);
-        true
-    });
+        order.entry(rowid).or_insert(next);
+    }
     order
 }
 

@@ -114,20 +114,20 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         .collect();
     // Stable: a row's operations keep their order.
     ops.sort_by_key(|(rowid, _, _)| *rowid);
-    let rowids: Vec<u64> = if bulk { ops.iter().map(|(rowid, _, _)| *rowid).collect() } else { Vec::new() };
     let mut row_ops = Vec::new();
     let mut rest = &mut ops[..];
     while let Some(&(rowid, _, _)) = rest.first() {
-        let at = rowids.len().saturating_sub(rest.len());
+        // The rows a few entries ahead (most of a bulk batch is new rows).
+        let far = rest.get(STORE_PREFETCH_FAR).map(|(r, _, _)| *r);
+        let near = rest.get(STORE_PREFETCH_NEAR).map(|(r, _, _)| *r);
         let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
         let (run, tail) = rest.split_at_mut(n);
         let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some_and(is_unfrozen);
         if fresh && bulk {
-            // Rows a few entries ahead (most of a bulk batch is new rows).
-            if let Some(&far) = rowids.get(at + STORE_PREFETCH_FAR) {
+            if let Some(far) = far {
                 cache.prefetch_store(cf, far, false);
             }
-            if let Some(&near) = rowids.get(at + STORE_PREFETCH_NEAR) {
+            if let Some(near) = near {
                 cache.prefetch_store(cf, near, true);
             }
             if let [(_, _, RowOp { key, value: Some(value) })] = run {
