@@ -73,8 +73,8 @@ impl Engine {
     /// The answer never steps past its last entry either (`more` may then
     /// be true with nothing left).
     #[allow(clippy::too_many_lines)]
-    pub fn scan_rows(
-        &self,
+    pub fn scan_rows<'a>(
+        &'a self,
         cf: CfRef,
         start: &[u8],
         end: &[u8],
@@ -93,28 +93,32 @@ impl Engine {
             read_options.set_max_skippable_internal_keys(MAX_SKIPPED_PER_STEP);
         }
         let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
+        // Whether `iter` still gives up after MAX_SKIPPED_PER_STEP deleted keys.
+        let mut capped = per_row > 0;
         // Positions `iter` at the first entry >= target. A capped iterator
-        // that gives up is repositioned through an uncapped one (a seek jumps
-        // over deleted keys; only stepping walks them).
-        let reposition = |iter: &mut rocksdb::DBRawIteratorWithThreadMode<'_, Db>, target: &[u8]| {
+        // that gives up even there is replaced, for the rest of this answer,
+        // by an uncapped one sought to the same target. (It once sought the
+        // uncapped iterator's first key with the capped one instead: the two
+        // read different points in time, so a key written between their
+        // creations, such as a row just moved to the table's end, was
+        // invisible to the capped one, which gave up again and again at the
+        // same place, for ever.)
+        let reposition = |iter: &mut rocksdb::DBRawIteratorWithThreadMode<'a, Db>, capped: &mut bool, target: &[u8]| {
             iter.seek(target);
-            if per_row > 0 && is_incomplete(iter) {
-                let mut uncapped = self.db.raw_iterator_cf_opt(&handle, range_read_options(start, end));
-                uncapped.seek(target);
-                match uncapped.key() {
-                    Some(key) => iter.seek(key),
-                    None => iter.seek(end),
-                }
+            if *capped && is_incomplete(iter) {
+                *iter = self.db.raw_iterator_cf_opt(&handle, range_read_options(start, end));
+                *capped = false;
+                iter.seek(target);
             }
         };
-        reposition(&mut iter, start);
+        reposition(&mut iter, &mut capped, start);
         let mut row: Option<u64> = None;
         let mut in_row = 0u32;
         // The version of `row` returned last.
         let mut last_version = 0u32;
         loop {
             let Some((key, value)) = iter.item() else {
-                if per_row > 0 && is_incomplete(&iter) {
+                if capped && is_incomplete(&iter) {
                     // Stepping hit a run of deleted keys. Inside a row that
                     // still owes versions, go on just after the last one
                     // returned: a live older version may lie beyond the run
@@ -130,7 +134,7 @@ impl Engine {
                     if target.as_slice() >= end {
                         break;
                     }
-                    reposition(&mut iter, &target);
+                    reposition(&mut iter, &mut capped, &target);
                     if !same_row {
                         in_row = 0;
                         row = None;
@@ -181,7 +185,7 @@ impl Engine {
                         }
                         if steps >= STEPS_BEFORE_SEEK {
                             match rowid {
-                                Some(r) if r < MAX_ROWID => reposition(&mut iter, &row_key(r + 1, u32::MAX)),
+                                Some(r) if r < MAX_ROWID => reposition(&mut iter, &mut capped, &row_key(r + 1, u32::MAX)),
                                 _ => iter.seek(end),
                             }
                             break;
