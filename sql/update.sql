@@ -162,18 +162,21 @@ SELECT count(*), sum(v), min(v), max(v) FROM upd_scan;
 SELECT pasv.table_versions('upd_scan'::regclass) <= 2 * 3000 + 500 AS pruned;
 DROP TABLE upd_scan, upd_before;
 
--- By default an UPDATE of a table without indexes keeps the row's TID.
+-- With pasv.move_unindexed_updates off, an UPDATE of a table without
+-- indexes keeps the row's TID.
+SET pasv.move_unindexed_updates = off;
 CREATE TABLE ord_p (a int, b text) USING pasv;
 INSERT INTO ord_p VALUES (1, 'a'), (2, 'b');
 SELECT ctid AS before_tid FROM ord_p WHERE a = 1 \gset
 UPDATE ord_p SET b = 'kept' WHERE a = 1;
 SELECT ctid = :'before_tid' AS same_tid, b FROM ord_p WHERE a = 1;
 DROP TABLE ord_p;
--- With pasv.move_unindexed_updates it moves the row to a new rowid, as heap
--- puts the new version after the others: a scan without ORDER BY meets the
--- rows in heap's order (PostgreSQL's own tests print such tables
--- unordered). Every statement runs on a pasv and a heap twin.
-SET pasv.move_unindexed_updates = on;
+RESET pasv.move_unindexed_updates;
+-- By default (pasv.move_unindexed_updates on) it moves the row to a new
+-- rowid, as heap puts the new version after the others: a scan without
+-- ORDER BY meets the rows in heap's order (PostgreSQL's own tests print
+-- such tables unordered). Every statement runs on a pasv and a heap twin.
+SHOW pasv.move_unindexed_updates;
 CREATE TABLE ord_p (a int, b text) USING pasv;
 CREATE TABLE ord_h (a int, b text) USING heap;
 CREATE FUNCTION ord_both(stmt text) RETURNS void LANGUAGE plpgsql AS $$
@@ -210,7 +213,6 @@ VACUUM ord_p;
 SELECT pasv.table_versions('ord_p'::regclass) AS versions, count(*) AS rows FROM ord_p;
 DROP TABLE ord_p, ord_h;
 DROP FUNCTION ord_both(text), ord_rows(regclass);
-RESET pasv.move_unindexed_updates;
 
 DROP TABLE child, acct, twice, audit;
 DROP FUNCTION audit_acct();

@@ -129,6 +129,13 @@ struct RowidRange {
     next: u64,
     end: u64,
     chunk: u32,
+    /// Bytes a heap page would have in use for the rows this backend put
+    /// in `next`'s rowid block so far (see [`RowSpace`]).
+    fill: u32,
+    /// Every rowid from here to `end` was reserved by this backend (its
+    /// chunks followed each other): rowids it skipped there to start a
+    /// new block are nobody's.
+    own_from: u64,
 }
 
 thread_local! {
@@ -948,10 +955,13 @@ pub fn buffer_put(cf: CfRef, logged: bool, tablespace: u32, xid: u32, indexed: b
     make_room(cf, logged, xid, entry_cost(key, value))?;
     if let Some(rowid) = rowid.filter(|_| indexed) {
         // Published before the row's index entries exist (buffered_rows).
-        if !buffered_rows::cover(cf, xid, rowid) {
+        // Rowids this backend skipped to start a new block may be covered
+        // with the rows around them: nobody ever writes them.
+        let own_from = ROWIDS.with(|r| r.borrow().get(&self::key(cf)).map_or(rowid, |x| x.own_from));
+        if !buffered_rows::cover(cf, xid, rowid, own_from) {
             flush_pending()?;
             make_room(cf, logged, xid, entry_cost(key, value))?;
-            let covered = buffered_rows::cover(cf, xid, rowid);
+            let covered = buffered_rows::cover(cf, xid, rowid, own_from);
             debug_assert!(covered, "an empty buffer covers any row");
         }
     }
@@ -1056,36 +1066,111 @@ fn discard_pending_for(cf: CfRef) {
 /// waits for the write posted before it, so a bulk insert with chunks of
 /// 4 096 slept once per 8 batches (perf sched: 55 of the 93 sleeps of an
 /// INSERT … SELECT of 500 000 rows); doubling from 64 keeps what a backend
-/// leaves unused at most what it used.
-const MAX_ROWID_CHUNK: u32 = 1 << 15;
+/// leaves unused at most what it used. Rows fill blocks as heap's pages
+/// ([`next_rowid`]), so a chunk holds fewer rows than rowids (226 narrow
+/// rows a block of 291, 58 of about 130 bytes): the largest chunk is 4
+/// times what it was when every rowid took a row.
+const MAX_ROWID_CHUNK: u32 = 1 << 17;
 
-/// Next rowid for a new row in `cf`. Rowids are reserved from the engine in
-/// chunks that double while a backend keeps inserting (64 up to
-/// [`MAX_ROWID_CHUNK`]); a backend that exits leaves the rest of its chunk
-/// unused (gaps are harmless).
-pub fn next_rowid(cf: CfRef) -> Result<u64, CallError> {
-    let cached = ROWIDS.with(|r| {
-        let mut r = r.borrow_mut();
-        match r.get_mut(&key(cf)) {
-            Some(range) if range.next < range.end => {
-                let id = range.next;
-                range.next += 1;
-                Some(id)
-            }
-            _ => None,
+/// The room a new row takes on a heap page, for [`next_rowid`]: its tuple
+/// (MAXALIGN'd length) and the free space its table's fillfactor keeps.
+#[derive(Clone, Copy)]
+pub struct RowSpace {
+    pub tuple: u32,
+    pub keep_free: u32,
+}
+
+/// Heap's page: 8 kB, a 24-byte header, a 4-byte line pointer a row.
+const PAGE_BYTES: u32 = 8192;
+const PAGE_HEADER: u32 = 24;
+const LINE_POINTER: u32 = 4;
+
+/// Next rowid for a new row in `cf` taking `space` on a heap page.
+///
+/// Rows fill rowid blocks (TID pages) as heap's fill pages: a row goes
+/// into the block of the previous one while a heap page would still take
+/// it (heap's rule: the tuple plus the fillfactor's reserve within the
+/// free space; an empty page takes any row), else it starts the next
+/// block. So TIDs, page counts and block sampling follow the rows' widths
+/// as heap's do (TABLESAMPLE, TID ranges, the planner's page figures),
+/// instead of every block holding 291 rows. Only this backend's own rows
+/// count towards a block's fill: blocks shared with another backend's
+/// rows hold more than heap's page would.
+///
+/// Rowids are reserved from the engine in chunks that double while a
+/// backend keeps inserting (64 up to [`MAX_ROWID_CHUNK`]); a backend that
+/// exits leaves the rest of its chunk unused (gaps are harmless), as does
+/// a row that starts a new block.
+pub fn next_rowid(cf: CfRef, space: RowSpace) -> Result<u64, CallError> {
+    // A new block beyond the reservation needs one more at most; a third
+    // round would mean other backends took every rowid in between twice.
+    for _ in 0..3 {
+        let placed = ROWIDS.with(|r| r.borrow_mut().get_mut(&key(cf)).and_then(|range| place(range, space)));
+        if let Some(id) = placed {
+            return Ok(id);
         }
-    });
-    if let Some(id) = cached {
-        return Ok(id);
+        reserve(cf)?;
     }
-    let chunk = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| (x.chunk * 2).min(MAX_ROWID_CHUNK)).unwrap_or(64));
-    let first = call(&Request::AllocRowids { cf, count: chunk }, |r| match r {
+    reserve(cf)?;
+    ROWIDS.with(|r| {
+        let mut r = r.borrow_mut();
+        let range = r.get_mut(&key(cf)).ok_or(CallError::Unexpected("AllocRowids"))?;
+        let id = range.next;
+        range.next += 1;
+        range.fill = PAGE_HEADER + LINE_POINTER + space.tuple;
+        Ok(id)
+    })
+}
+
+/// The rowid for a row taking `space` in `range`, if the range has it.
+fn place(range: &mut RowidRange, space: RowSpace) -> Option<u64> {
+    let rows_per_block = pasv_am::keys::ROWS_PER_BLOCK;
+    loop {
+        if range.next >= range.end {
+            return None;
+        }
+        if range.next % rows_per_block == 0 {
+            range.fill = PAGE_HEADER;
+        }
+        let empty = range.fill <= PAGE_HEADER;
+        let free = PAGE_BYTES.saturating_sub(range.fill + LINE_POINTER);
+        if empty || space.tuple.saturating_add(space.keep_free) <= free {
+            let id = range.next;
+            range.next += 1;
+            range.fill += LINE_POINTER + space.tuple;
+            return Some(id);
+        }
+        range.next = (range.next / rows_per_block + 1) * rows_per_block;
+    }
+}
+
+/// Reserve the next chunk of rowids of `cf`. One that continues the last
+/// one keeps its block's fill, and reaches a block start that the last
+/// row asked for (one block more than the chunk); one that does not starts
+/// as an empty page.
+fn reserve(cf: CfRef) -> Result<(), CallError> {
+    let rows_per_block = pasv_am::keys::ROWS_PER_BLOCK;
+    let last = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| (x.chunk, x.next, x.end, x.fill)));
+    let chunk = last.map_or(64, |(chunk, ..)| (chunk * 2).min(MAX_ROWID_CHUNK));
+    // The last range ended wanting a block start past its end.
+    let wanted = last.filter(|&(_, next, end, _)| next > end).map(|(_, next, ..)| next);
+    let count = chunk + if wanted.is_some() { rows_per_block as u32 } else { 0 };
+    let first = call(&Request::AllocRowids { cf, count }, |r| match r {
         Response::Rowids { first } => Ok(first),
         _ => Err(CallError::Unexpected("AllocRowids")),
     })?;
-    ROWIDS.with(|r| r.borrow_mut().insert(key(cf), RowidRange { next: first + 1, end: first + chunk as u64, chunk }));
+    let end = first + u64::from(count);
+    let continues = last.is_some_and(|(_, _, last_end, _)| last_end == first);
+    let own_from = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| x.own_from)).filter(|_| continues).unwrap_or(first);
+    let (next, fill) = match (wanted, last) {
+        (Some(block_start), _) if continues && block_start < end => (block_start, PAGE_HEADER),
+        (Some(_), _) => (first.div_ceil(rows_per_block) * rows_per_block, PAGE_HEADER),
+        (None, Some((_, _, _, fill))) if continues => (first, fill),
+        _ => (first, PAGE_HEADER),
+    };
+    ROWIDS.with(|r| r.borrow_mut().insert(key(cf), RowidRange { next: next.min(end), end, chunk, fill, own_from }));
     forget_estimate(cf);
-    Ok(first)
+    Ok(())
 }
 
 pub fn forget_rowids(cf: CfRef) {

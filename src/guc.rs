@@ -53,7 +53,7 @@ pub static ROW_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
 pub static ENGINE_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
 pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
-pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(false);
+pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
     GucRegistry::define_enum_guc(
@@ -129,8 +129,8 @@ pub fn register() {
     GucRegistry::define_bool_guc(
         c"pasv.move_unindexed_updates",
         c"UPDATE of a pasv table without indexes moves the row to a new TID, as heap's new version goes after the others.",
-        c"Scans then meet updated rows in heap's order. Each such update leaves the old TID's two keys until VACUUM, \
-          so repeated updates of a small table slow its scans down (tam/rowops.rs).",
+        c"Scans then meet updated rows in heap's order (on by default). The next sequential scan removes what the \
+          move left at the old TID once no snapshot needs it (tam/scan_prune.rs); off keeps every row at its TID.",
         &MOVE_UNINDEXED_UPDATES,
         GucContext::Userset,
         GucFlags::default(),

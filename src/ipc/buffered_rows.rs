@@ -62,13 +62,16 @@ fn with_mine<R>(f: impl FnOnce(&BufferedRows) -> R) -> Option<R> {
 }
 
 /// Cover new row `rowid` of `cf`, created by `xid`, before its index
-/// entries exist. False when the buffer's range cannot take it (another
-/// CF or xid, or not the next rowid): the caller sends the buffer, which
-/// withdraws the publication, and asks again.
-pub fn cover(cf: CfRef, xid: u32, rowid: u64) -> bool {
+/// entries exist. Rowids from `own_from` on are this backend's own, so
+/// the range may grow over those it skipped (`engine_client::next_rowid`
+/// starts a new block past the rest of a full one): nobody writes them,
+/// so nobody waits for them. False when the buffer's range cannot take it
+/// (another CF or xid, or a rowid past one it does not own): the caller
+/// sends the buffer, which withdraws the publication, and asks again.
+pub fn cover(cf: CfRef, xid: u32, rowid: u64, own_from: u64) -> bool {
     let mine = MINE.with(|m| m.get());
     with_mine(|slot| match mine {
-        Some(p) if p.cf == cf && p.xid == xid && p.hi == rowid => {
+        Some(p) if p.cf == cf && p.xid == xid && (p.hi == rowid || (p.hi >= own_from && p.hi < rowid)) => {
             slot.hi.store(rowid + 1, Ordering::SeqCst);
             MINE.with(|m| m.set(Some(Published { hi: rowid + 1, ..p })));
             true

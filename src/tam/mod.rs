@@ -12,6 +12,7 @@ mod maintenance;
 mod modify;
 mod rowops;
 mod scan;
+mod scan_prune;
 mod scan_stats;
 mod ssi;
 mod stream;
@@ -257,6 +258,7 @@ pub(crate) fn forget_cached_rows() {
 /// module notes; a scan may outlive a commit in a portal kept open).
 pub(crate) fn buffers_at_transaction_end(aborted: bool) {
     versions::page_free_at_transaction_end();
+    scan_prune::forget();
     if aborted {
         stream::reclaim_buffers_at_abort();
     }

@@ -18,6 +18,23 @@ thread_local! {
     static VALUE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(8192));
 }
 
+/// The room `tuple` would take on one of `rel`'s heap pages, for placing
+/// it in a rowid block (`engine_client::next_rowid`): its MAXALIGN'd
+/// length, and the free space the table's fillfactor keeps on a page
+/// (heap's `RelationGetTargetPageFreeSpace`).
+///
+/// # Safety
+/// `rel` open; `tuple` a valid heap tuple.
+pub(super) unsafe fn row_space(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple) -> engine_client::RowSpace {
+    let options = (*rel).rd_options as *const pg_sys::StdRdOptions;
+    let fillfactor = if options.is_null() { 100 } else { (*options).fillfactor.clamp(10, 100) };
+    let page = pg_sys::BLCKSZ;
+    engine_client::RowSpace {
+        tuple: ((*tuple).t_len + 7) & !7,
+        keep_free: page * (100 - fillfactor as u32) / 100,
+    }
+}
+
 /// Write one tuple of `slot` into `rel` as a new row.
 unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) {
     let cf = cf_of(rel);
@@ -29,7 +46,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     let tuple = super::toast::prepare(rel, slot_tuple, std::ptr::null_mut());
 
     super::ssi::conflict_in(rel, None);
-    let rowid = match engine_client::next_rowid(cf) {
+    let rowid = match engine_client::next_rowid(cf, row_space(rel, tuple)) {
         Ok(r) => r,
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
     };

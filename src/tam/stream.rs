@@ -113,6 +113,9 @@ pub struct RowStream {
     ahead_displaced: bool,
     /// `buf` and `index` are lent from the pool ([`lend_buffers`]).
     pooled: bool,
+    /// Rows found dead to every snapshot (with `dead_test`) are removed
+    /// when the stream reaches its end (`scan_prune`).
+    pub prune_dead: bool,
 }
 
 /// Buffer sets (a batch buffer and its entry index) the pool holds at most,
@@ -320,6 +323,7 @@ impl RowStream {
             ahead_per_row: 0,
             ahead_displaced: false,
             pooled: lent.is_some(),
+            prune_dead: false,
         }
     }
 
@@ -583,11 +587,13 @@ impl RowStream {
             if self.pos >= self.count {
                 if !self.more && !self.read_on_undecided() {
                     self.close_undecided();
+                    self.end_reached(doing);
                     return None;
                 }
                 self.fetch(doing);
                 if self.count == 0 && !self.read_on_undecided() {
                     self.close_undecided();
+                    self.end_reached(doing);
                     return None;
                 }
                 if self.count == 0 {
@@ -668,6 +674,9 @@ impl RowStream {
             if header.is_tombstone() {
                 if !self.dead_test.is_null() && self.newer_aborted && visibility::removable(&header, self.dead_test) {
                     self.mark_dead(e.rowid);
+                    if self.prune_dead {
+                        super::scan_prune::note(self.cf, e.rowid, self.group_first_version);
+                    }
                 }
                 continue;
             }
@@ -693,6 +702,13 @@ impl RowStream {
                 });
             }
             return Some(row);
+        }
+    }
+
+    /// The range is read to its end: remove the dead rows found, if asked.
+    fn end_reached(&mut self, doing: &str) {
+        if self.prune_dead {
+            super::scan_prune::send(self.cf, doing);
         }
     }
 

@@ -12,6 +12,8 @@
 //! * `put_batch` — atomic writes of row versions and deletes.
 //! * `scan` — range reads: every entry, or a row's few newest versions.
 //! * `persistence` — flush flags, memtable flushes, the persistence report.
+//! * `delete_markers` — the options that keep deleted keys from slowing
+//!   scans.
 //! * `locks` — the in-memory row lock table, reached through the engine.
 //! * `config`, `error` — how it is opened and what can fail.
 //!
@@ -36,6 +38,7 @@
 
 mod cf_registry;
 mod config;
+mod delete_markers;
 mod error;
 mod locks;
 mod persistence;
@@ -152,6 +155,7 @@ impl Engine {
         if cfg.background_jobs > 0 {
             options.set_max_background_jobs(cfg.background_jobs);
         }
+        delete_markers::configure(&mut options);
         {
             use rocksdb::AsRawPtr;
             // SAFETY: the options object is alive; the listener holds its own

@@ -1,0 +1,58 @@
+//! Keeping delete markers from slowing reads down.
+//!
+//! Writers and VACUUM remove dead versions with deletes, and scans of
+//! tables without indexes remove whole dead rows (`src/tam/scan_prune.rs`).
+//! A delete does not free its key: the marker and the version it hides stay
+//! in the memtable, then in SST files, until a compaction drops both, and
+//! every iterator that passes them steps over each one. A small table
+//! updated row by row gathers thousands of them in a memtable that the
+//! shared budget never makes large enough to flush.
+//!
+//! Three RocksDB mechanisms bound that, set on every CF's options:
+//! * a scan that meets a long run of consecutive deleted keys records it
+//!   as one range delete in the memtable, so later scans skip the run in
+//!   one seek (`min_tombstones_for_range_conversion`, RocksDB 11);
+//! * an iterator step that walks very many hidden entries in the active
+//!   memtable makes RocksDB flush that memtable
+//!   (`memtable_op_scan_flush_trigger`); such a flush is an ordinary one:
+//!   the flush listener still waits for the WAL that covers it;
+//! * an SST file with many delete markers is marked for compaction, which
+//!   drops them with the versions they hide
+//!   (`CompactOnDeletionCollectorFactory`).
+//!
+//! May call RocksDB's C API; nothing else.
+
+use rocksdb::Options;
+use std::ffi::c_void;
+
+/// Consecutive deleted keys a scan steps over before it records them as
+/// one range delete.
+const RANGE_CONVERSION_MIN: u32 = 0;
+/// Hidden entries of the active memtable one iterator step may walk before
+/// RocksDB flushes that memtable.
+const SCAN_FLUSH_TRIGGER: u32 = 4096;
+/// An SST file with at least `DELETES_IN_WINDOW` deletes among any
+/// `DELETE_WINDOW` consecutive entries, or deletes making at least
+/// `DELETE_RATIO` of its entries, is compacted.
+const DELETE_WINDOW: usize = 1024;
+const DELETES_IN_WINDOW: usize = 512;
+const DELETE_RATIO: f64 = 0.5;
+
+extern "C" {
+    fn rocksdb_options_set_memtable_op_scan_flush_trigger(options: *mut c_void, value: u32);
+    fn rocksdb_options_set_min_tombstones_for_range_conversion(options: *mut c_void, value: u32);
+}
+
+/// Set the three mechanisms on `options` (the options every CF is opened
+/// or created with).
+pub(super) fn configure(options: &mut Options) {
+    use rocksdb::AsRawPtr;
+    // SAFETY: `options` is alive for the calls; both setters only store a
+    // field of the options object.
+    unsafe {
+        let raw = options.as_raw_ptr() as *mut c_void;
+        rocksdb_options_set_memtable_op_scan_flush_trigger(raw, SCAN_FLUSH_TRIGGER);
+        rocksdb_options_set_min_tombstones_for_range_conversion(raw, RANGE_CONVERSION_MIN);
+    }
+    options.add_compact_on_deletion_collector_factory(DELETE_WINDOW, DELETES_IN_WINDOW, DELETE_RATIO);
+}

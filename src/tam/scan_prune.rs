@@ -1,0 +1,116 @@
+//! Pruning by sequential scans: the rows of a table without indexes that a
+//! scan finds deleted (or moved away) for every snapshot are removed when
+//! the scan reaches its end, as heap prunes the pages it reads.
+//!
+//! Why only tables without indexes: an index entry of a removed row would
+//! stay until a VACUUM that no longer sees the row, so nothing would ever
+//! remove the entry. Without indexes, nothing but a row's own version chain
+//! points at its rowid.
+//!
+//! Why the removal is not logged (DESIGN §4 logs VACUUM's): it changes no
+//! answer. A row pruned here is dead to every snapshot, nobody writes its
+//! rowid again (keys are never reused), and if a crash loses the removal,
+//! the row is back exactly as dead: replay re-applies only writes older
+//! than the removal, tombstone included. The one thing such a row could
+//! need after a crash is its deleter's CLOG entry, which VACUUM may let
+//! PostgreSQL truncate once it advanced relfrozenxid without seeing the
+//! row; so VACUUM of a table without indexes flushes its CF first
+//! (`maintenance::relation_vacuum`), persisting every removal made before
+//! its walk.
+//!
+//! What the removal buys: every UPDATE of such a table moves the row to a
+//! new rowid (`rowops::tuple_update`, heap's row order), so without it a
+//! hot small table's scans walked every version left behind until VACUUM.
+//!
+//! Calls `crate::engine_client` (one posted, unlogged batch of deletes per
+//! finished scan); called by `stream` (which finds the rows) and `scan`
+//! (which says which scans may prune).
+
+use crate::engine_client;
+use pasv_am::keys;
+use pasv_am::protocol::{BatchBuilder, CfRef};
+use pgrx::pg_sys;
+use std::cell::RefCell;
+
+/// Rows one backend remembers for removal at most (a few hundred kB): the
+/// rest wait for a later scan or VACUUM.
+const MAX_NOTED: usize = 16_384;
+
+/// A row whose versions are all numbered at most this is removed key by
+/// key; one with a longer history (it was updated in place before it
+/// moved) is left to VACUUM, which reads every version it has.
+const MAX_VERSION: u32 = 15;
+
+thread_local! {
+    /// Rows found dead to all, as (table, rowid, newest version), waiting
+    /// for their scan to end.
+    static NOTED: RefCell<Vec<(CfRef, u64, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether a scan of `rel` with `snapshot` (and scan `flags`) removes the
+/// dead rows it meets: a sequential scan of a table without indexes, with
+/// an MVCC snapshot, outside recovery.
+///
+/// # Safety
+/// `rel` open; `snapshot` valid or null.
+pub unsafe fn may_prune(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, flags: u32) -> bool {
+    flags & pg_sys::ScanOptions::SO_TYPE_SEQSCAN != 0
+        && !(*(*rel).rd_rel).relhasindex
+        && !snapshot.is_null()
+        && matches!((*snapshot).snapshot_type, pg_sys::SnapshotType::SNAPSHOT_MVCC)
+        && !pg_sys::RecoveryInProgress()
+}
+
+/// Remember `rowid` of `cf`, dead to every snapshot, whose newest version
+/// is `newest`, for removal when its scan ends.
+pub fn note(cf: CfRef, rowid: u64, newest: u32) {
+    if newest > MAX_VERSION {
+        return;
+    }
+    NOTED.with(|n| {
+        let mut n = n.borrow_mut();
+        if n.len() < MAX_NOTED {
+            n.push((cf, rowid, newest));
+        }
+    });
+}
+
+/// The scan of `cf` ended: remove the rows it noted, every version key of
+/// each (a delete of a key that was pruned before is harmless), in posted
+/// batches that need no answer.
+pub fn send(cf: CfRef, doing: &str) {
+    let rows: Vec<(u64, u32)> = NOTED.with(|n| {
+        let mut n = n.borrow_mut();
+        let mine = n.iter().filter(|(c, _, _)| *c == cf).map(|&(_, r, v)| (r, v)).collect();
+        n.retain(|(c, _, _)| *c != cf);
+        mine
+    });
+    let mut batch = BatchBuilder::new();
+    for (rowid, newest) in rows {
+        for version in 0..=newest {
+            let key = keys::row_key(rowid, version);
+            if batch.encoded_len() + engine_client::entry_cost(&key, &[]) > engine_client::batch_capacity() {
+                post(cf, &batch, doing);
+                batch.clear();
+            }
+            if let Err(e) = batch.push(&key, &[]) {
+                crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: {doing}: {e}"), "This is a bug in pasv.");
+            }
+        }
+    }
+    if !batch.is_empty() {
+        post(cf, &batch, doing);
+    }
+}
+
+fn post(cf: CfRef, batch: &BatchBuilder, doing: &str) {
+    if let Err(e) = engine_client::put_batch_now(cf, false, batch) {
+        e.raise(doing);
+    }
+}
+
+/// At the end of a transaction: scans an ERROR cut short leave their rows
+/// for later.
+pub fn forget() {
+    NOTED.with(|n| n.borrow_mut().clear());
+}
