@@ -12,8 +12,9 @@ SELECT pg_current_wal_flush_lsn() AS lsn1 \gset
 \setenv LSN0 :lsn0
 \setenv LSN1 :lsn1
 -- 1000 rows with an index go in 5 batches (one before each rowid
--- reservation after the first: 64, 128, 256 and 512 rows, and the rest at
--- commit), the 10 in-place updates in one batch (buffered under their row
+-- reservation after the first: 64, 128, 191 and 382 rows, as 226 rows of
+-- this width fill a block, and the rest at commit), the 10 in-place
+-- updates in one batch (buffered under their row
 -- locks), 1 delete; the rolled-back insert never left its backend's
 -- buffer, so nothing of it is logged. (VACUUM's removals, one batch, are
 -- left out: whether it finds them depends on other sessions' horizons.)

@@ -1084,6 +1084,10 @@ pub struct RowSpace {
 const PAGE_BYTES: u32 = 8192;
 const PAGE_HEADER: u32 = 24;
 const LINE_POINTER: u32 = 4;
+/// Free space at which heap calls a page nearly empty (MaxHeapTupleSize
+/// less 36 line pointers): a row whose fillfactor reserve asks for more
+/// goes on a page that has this much (`RelationGetBufferForTuple`).
+const NEARLY_EMPTY: u32 = PAGE_BYTES - 32 - (pasv_am::keys::ROWS_PER_BLOCK as u32 / 8) * LINE_POINTER;
 
 /// Next rowid for a new row in `cf` taking `space` on a heap page.
 ///
@@ -1134,7 +1138,9 @@ fn place(range: &mut RowidRange, space: RowSpace) -> Option<u64> {
         }
         let empty = range.fill <= PAGE_HEADER;
         let free = PAGE_BYTES.saturating_sub(range.fill + LINE_POINTER);
-        if empty || space.tuple.saturating_add(space.keep_free) <= free {
+        let wanted = space.tuple.saturating_add(space.keep_free);
+        let wanted = if wanted > NEARLY_EMPTY { space.tuple.max(NEARLY_EMPTY) } else { wanted };
+        if empty || wanted <= free {
             let id = range.next;
             range.next += 1;
             range.fill += LINE_POINTER + space.tuple;
