@@ -1133,7 +1133,7 @@ fn place(range: &mut RowidRange, space: RowSpace) -> Option<u64> {
         if range.next >= range.end {
             return None;
         }
-        if range.next % rows_per_block == 0 {
+        if range.next.is_multiple_of(rows_per_block) {
             range.fill = PAGE_HEADER;
         }
         let empty = range.fill <= PAGE_HEADER;
