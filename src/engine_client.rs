@@ -1156,22 +1156,22 @@ fn place(range: &mut RowidRange, space: RowSpace) -> Option<u64> {
 /// as an empty page.
 fn reserve(cf: CfRef) -> Result<(), CallError> {
     let rows_per_block = pasv_am::keys::ROWS_PER_BLOCK;
-    let last = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| (x.chunk, x.next, x.end, x.fill)));
+    let last = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| (x.chunk, x.next, x.end, x.fill, x.own_from)));
     let chunk = last.map_or(64, |(chunk, ..)| (chunk * 2).min(MAX_ROWID_CHUNK));
     // The last range ended wanting a block start past its end.
-    let wanted = last.filter(|&(_, next, end, _)| next > end).map(|(_, next, ..)| next);
+    let wanted = last.filter(|&(_, next, end, _, _)| next > end).map(|(_, next, ..)| next);
     let count = chunk + if wanted.is_some() { rows_per_block as u32 } else { 0 };
     let first = call(&Request::AllocRowids { cf, count }, |r| match r {
         Response::Rowids { first } => Ok(first),
         _ => Err(CallError::Unexpected("AllocRowids")),
     })?;
     let end = first + u64::from(count);
-    let continues = last.is_some_and(|(_, _, last_end, _)| last_end == first);
-    let own_from = ROWIDS.with(|r| r.borrow().get(&key(cf)).map(|x| x.own_from)).filter(|_| continues).unwrap_or(first);
+    let continues = last.is_some_and(|(_, _, last_end, _, _)| last_end == first);
+    let own_from = last.filter(|_| continues).map_or(first, |(.., own_from)| own_from);
     let (next, fill) = match (wanted, last) {
         (Some(block_start), _) if continues && block_start < end => (block_start, PAGE_HEADER),
         (Some(_), _) => (first.div_ceil(rows_per_block) * rows_per_block, PAGE_HEADER),
-        (None, Some((_, _, _, fill))) if continues => (first, fill),
+        (None, Some((_, _, _, fill, _))) if continues => (first, fill),
         _ => (first, PAGE_HEADER),
     };
     ROWIDS.with(|r| r.borrow_mut().insert(key(cf), RowidRange { next: next.min(end), end, chunk, fill, own_from }));

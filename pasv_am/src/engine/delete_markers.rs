@@ -8,10 +8,7 @@
 //! updated row by row gathers thousands of them in a memtable that the
 //! shared budget never makes large enough to flush.
 //!
-//! Three RocksDB mechanisms bound that, set on every CF's options:
-//! * a scan that meets a long run of consecutive deleted keys records it
-//!   as one range delete in the memtable, so later scans skip the run in
-//!   one seek (`min_tombstones_for_range_conversion`, RocksDB 11);
+//! Two RocksDB mechanisms bound that, set on every CF's options:
 //! * an iterator step that walks very many hidden entries in the active
 //!   memtable makes RocksDB flush that memtable
 //!   (`memtable_op_scan_flush_trigger`); such a flush is an ordinary one:
@@ -20,14 +17,15 @@
 //!   drops them with the versions they hide
 //!   (`CompactOnDeletionCollectorFactory`).
 //!
+//! RocksDB 11's `min_tombstones_for_range_conversion` (a run of deleted
+//! keys recorded as one range delete) is left off: it made such scans
+//! slower (HOT_PATH.md §36).
+//!
 //! May call RocksDB's C API; nothing else.
 
 use rocksdb::Options;
 use std::ffi::c_void;
 
-/// Consecutive deleted keys a scan steps over before it records them as
-/// one range delete.
-const RANGE_CONVERSION_MIN: u32 = 0;
 /// Hidden entries of the active memtable one iterator step may walk before
 /// RocksDB flushes that memtable.
 const SCAN_FLUSH_TRIGGER: u32 = 4096;
@@ -40,19 +38,16 @@ const DELETE_RATIO: f64 = 0.5;
 
 extern "C" {
     fn rocksdb_options_set_memtable_op_scan_flush_trigger(options: *mut c_void, value: u32);
-    fn rocksdb_options_set_min_tombstones_for_range_conversion(options: *mut c_void, value: u32);
 }
 
-/// Set the three mechanisms on `options` (the options every CF is opened
-/// or created with).
+/// Set both mechanisms on `options` (the options every CF is opened or
+/// created with).
 pub(super) fn configure(options: &mut Options) {
     use rocksdb::AsRawPtr;
-    // SAFETY: `options` is alive for the calls; both setters only store a
+    // SAFETY: `options` is alive for the call; the setter only stores a
     // field of the options object.
     unsafe {
-        let raw = options.as_raw_ptr() as *mut c_void;
-        rocksdb_options_set_memtable_op_scan_flush_trigger(raw, SCAN_FLUSH_TRIGGER);
-        rocksdb_options_set_min_tombstones_for_range_conversion(raw, RANGE_CONVERSION_MIN);
+        rocksdb_options_set_memtable_op_scan_flush_trigger(options.as_raw_ptr() as *mut c_void, SCAN_FLUSH_TRIGGER);
     }
     options.add_compact_on_deletion_collector_factory(DELETE_WINDOW, DELETES_IN_WINDOW, DELETE_RATIO);
 }
