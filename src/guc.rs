@@ -54,6 +54,7 @@ pub static ENGINE_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
 pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static HOT_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
     GucRegistry::define_enum_guc(
@@ -132,6 +133,15 @@ pub fn register() {
         c"Scans then meet updated rows in heap's order (on by default). The next sequential scan removes what the \
           move left at the old TID once no snapshot needs it (tam/scan_prune.rs); off keeps every row at its TID.",
         &MOVE_UNINDEXED_UPDATES,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pasv.hot_updates",
+        c"UPDATE of a pasv table with indexes that changes no indexed column moves the row within its chain, as heap's HOT update.",
+        c"The new version gets a new TID after the others, reached through the index entries of the chain's root, and no \
+          index gets an entry (on by default). Off keeps such a row at its TID.",
+        &HOT_UPDATES,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -9,18 +9,32 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | format, [`FORMAT_V1`] |
-//! | 1 | flags: [`FLAG_TOMBSTONE`], [`FLAG_MOVED`], [`FLAG_FROZEN`] |
+//! | 1 | flags: [`FLAG_TOMBSTONE`], [`FLAG_MOVED`], [`FLAG_FROZEN`], [`FLAG_HEAP_ONLY`], [`FLAG_ROOT`], [`FLAG_BOOKKEEPING`], [`FLAG_HOT`] |
 //! | 2..4 | zero |
 //! | 4..8 | command id (u32) |
 //! | 8..16 | creator FullTransactionId (u64) |
-//! | 16..24 | moved-to rowid (u64), 0 unless MOVED |
+//! | 16..24 | link (u64): the moved-to rowid of a MOVED version, the root of a HEAP_ONLY one, else 0 |
 //!
 //! Invariants (checked by [`RowHeader::decode`], so a value that passes is well formed):
 //! * [`HEADER_LEN`] is a multiple of 8: a tuple stored at an 8-aligned value
 //!   offset stays 8-aligned (the backend reads tuples in place).
 //! * Unknown flag bits and non-zero reserved bytes are corruption.
 //! * MOVED implies TOMBSTONE (a moved row is deleted here and lives on at
-//!   `moved_to`); `moved_to` is 0 unless MOVED.
+//!   `moved_to`); HEAP_ONLY excludes TOMBSTONE; ROOT and BOOKKEEPING imply
+//!   TOMBSTONE; HOT implies MOVED; ROOT with MOVED implies HOT;
+//!   `moved_to` is 0 unless MOVED or HEAP_ONLY.
+//!
+//! Heap-only rows (HOT_PATH.md §37): an UPDATE of a table with indexes that
+//! changes no indexed column moves the row, as heap's HOT update puts the
+//! new version after the page's others, without new index entries. The
+//! index entries keep pointing at the chain's *root*, the rowid the row had
+//! before its first such update; the new version is HEAP_ONLY (its link is
+//! the root) and the root gets a ROOT|MOVED tombstone pointing at the
+//! newest member, which index fetches follow (a member that moves on gets
+//! a MOVED|HOT tombstone, as a root's first move does). A ROOT tombstone with MOVED
+//! is never dead by itself: the root lives as long as its chain. When the
+//! chain ends (its last member deleted, or moved with new index entries)
+//! the root gets a plain ROOT tombstone, and is dead like any deleted row.
 
 use thiserror::Error;
 
@@ -34,8 +48,21 @@ pub const FLAG_TOMBSTONE: u8 = 1 << 0;
 pub const FLAG_MOVED: u8 = 1 << 1;
 /// The creator is known committed and visible to everyone (VACUUM froze it).
 pub const FLAG_FROZEN: u8 = 1 << 2;
+/// A row version reached through its chain's root (`moved_to` holds the
+/// root's rowid): its index entries are the root's.
+pub const FLAG_HEAP_ONLY: u8 = 1 << 3;
+/// A tombstone on a root of heap-only rows: with MOVED, it points at the
+/// newest member and keeps the root alive; without, it ends the chain.
+pub const FLAG_ROOT: u8 = 1 << 4;
+/// The version records no change of the row at its rowid: a root's
+/// tombstone written with a change of another member (logical decoding
+/// passes over it).
+pub const FLAG_BOOKKEEPING: u8 = 1 << 5;
+/// On a MOVED tombstone: the row moved to a heap-only version of the same
+/// chain (no new index entries).
+pub const FLAG_HOT: u8 = 1 << 6;
 
-const KNOWN_FLAGS: u8 = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_FROZEN;
+const KNOWN_FLAGS: u8 = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_FROZEN | FLAG_HEAP_ONLY | FLAG_ROOT | FLAG_BOOKKEEPING | FLAG_HOT;
 
 const _: () = assert!(HEADER_LEN.is_multiple_of(8));
 
@@ -79,6 +106,38 @@ impl RowHeader {
 
     pub fn is_frozen(&self) -> bool {
         self.flags & FLAG_FROZEN != 0
+    }
+
+    /// A heap-only row version; [`RowHeader::root`] gives its root.
+    pub fn is_heap_only(&self) -> bool {
+        self.flags & FLAG_HEAP_ONLY != 0
+    }
+
+    /// The root of a heap-only version, else None.
+    pub fn root(&self) -> Option<u64> {
+        self.is_heap_only().then_some(self.moved_to)
+    }
+
+    /// Moved to a heap-only version of the same chain.
+    pub fn is_hot(&self) -> bool {
+        self.flags & FLAG_HOT != 0
+    }
+
+    /// A root's pointer at the newest member of its chain: a tombstone that
+    /// does not make the row dead.
+    pub fn is_redirect(&self) -> bool {
+        self.flags & (FLAG_ROOT | FLAG_MOVED) == FLAG_ROOT | FLAG_MOVED
+    }
+
+    /// A tombstone that makes its row dead once every snapshot sees it
+    /// (a delete or a move; not a root's redirect).
+    pub fn is_dead_end(&self) -> bool {
+        self.is_tombstone() && !self.is_redirect()
+    }
+
+    /// Written with another member's change; no change of its own.
+    pub fn is_bookkeeping(&self) -> bool {
+        self.flags & FLAG_BOOKKEEPING != 0
     }
 
     /// The header's bytes.
@@ -125,10 +184,15 @@ impl RowHeader {
             moved_to: u64::from_le_bytes([h[16], h[17], h[18], h[19], h[20], h[21], h[22], h[23]]),
         };
         let consistent = if header.is_moved() {
-            header.is_tombstone()
+            header.is_tombstone() && !header.is_heap_only()
+        } else if header.is_heap_only() {
+            !header.is_tombstone()
         } else {
             header.moved_to == 0
-        };
+        } && (!header.is_tombstone() || !header.is_heap_only())
+            && (header.flags & (FLAG_ROOT | FLAG_BOOKKEEPING) == 0 || header.is_tombstone())
+            && (!header.is_hot() || header.is_moved())
+            && (!header.is_redirect() || header.is_hot());
         if !consistent {
             return Err(CodecError::InconsistentMove {
                 flags,
@@ -244,6 +308,31 @@ mod tests {
     }
 
     #[test]
+    fn heap_only_and_root_flags() {
+        let member = RowHeader { flags: FLAG_HEAP_ONLY, cid: 1, xid: 7, moved_to: 0 };
+        let (m, _) = RowHeader::decode(&member.encode()).unwrap();
+        assert_eq!(m.root(), Some(0), "rowid 0 can be a root");
+        assert!(!m.is_tombstone());
+        let redirect = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_ROOT | FLAG_HOT, cid: 1, xid: 7, moved_to: 9 };
+        let (r, _) = RowHeader::decode(&redirect.encode()).unwrap();
+        assert!(r.is_redirect() && !r.is_dead_end() && r.is_moved() && r.root().is_none());
+        let end = RowHeader { flags: FLAG_TOMBSTONE | FLAG_ROOT | FLAG_BOOKKEEPING, cid: 1, xid: 7, moved_to: 0 };
+        let (e, _) = RowHeader::decode(&end.encode()).unwrap();
+        assert!(e.is_dead_end() && e.is_bookkeeping() && !e.is_redirect());
+        assert!(RowHeader::decode(&tombstone(1).encode()).unwrap().0.is_dead_end());
+        for bad in [
+            RowHeader { flags: FLAG_HEAP_ONLY | FLAG_TOMBSTONE, cid: 0, xid: 1, moved_to: 3 },
+            RowHeader { flags: FLAG_HEAP_ONLY | FLAG_TOMBSTONE | FLAG_MOVED, cid: 0, xid: 1, moved_to: 3 },
+            RowHeader { flags: FLAG_ROOT, cid: 0, xid: 1, moved_to: 0 },
+            RowHeader { flags: FLAG_BOOKKEEPING, cid: 0, xid: 1, moved_to: 0 },
+            RowHeader { flags: FLAG_TOMBSTONE | FLAG_HOT, cid: 0, xid: 1, moved_to: 0 },
+            RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_ROOT, cid: 0, xid: 1, moved_to: 4 },
+        ] {
+            assert!(RowHeader::decode(&bad.encode()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn malformed_headers_are_rejected() {
         let good = live(1).encode();
         assert_eq!(
@@ -254,8 +343,8 @@ mod tests {
         bad[0] = 2;
         assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFormat(2)));
         let mut bad = good;
-        bad[1] = 0x08;
-        assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFlags(0x08)));
+        bad[1] = 0x40;
+        assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFlags(0x40)));
         let mut bad = good;
         bad[3] = 1;
         assert_eq!(RowHeader::decode(&bad), Err(CodecError::ReservedNotZero));

@@ -184,6 +184,10 @@ unsafe fn queue_row_changes(ctx: *mut pg_sys::LogicalDecodingContext, buf: &Reco
             continue;
         }
         let Ok((header, _)) = RowHeader::decode(value) else { continue };
+        if header.is_bookkeeping() {
+            // A chain root's side of another member's change.
+            continue;
+        }
         if header.is_tombstone() {
             if header.is_moved() {
                 moved_from.insert(header.moved_to, rowid);

@@ -26,6 +26,7 @@ struct PasvIndexFetch {
     peek_creator: u64,
     peek_tuple: *mut u8,
     peek_len: usize,
+    peek_redirect: Option<u64>,
     /// Rows the next window reads (1 until the scan walks rowids in order,
     /// then doubling up to [`MAX_WINDOW`]), and the rowid asked for last.
     window: u64,
@@ -45,6 +46,9 @@ pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut
     // its entries (heap's kill_prior_tuple): later scans skip them without
     // asking the engine.
     (*f).stream.dead_test = pg_sys::GlobalVisTestFor(rel);
+    // Index entries point at chains' roots: a root that redirects leads
+    // to the chain's newest member.
+    (*f).stream.follow_redirects = true;
     (*f).window = 1;
     f as *mut pg_sys::IndexFetchTableData
 }
@@ -73,6 +77,8 @@ unsafe fn from_window(f: &mut PasvIndexFetch, rowid: u64, snapshot: pg_sys::Snap
                     creator: f.peek_creator,
                     tuple: f.peek_tuple,
                     tuple_len: f.peek_len,
+                    root: rowid,
+                    redirect: f.peek_redirect,
                 }));
             }
             if f.peek_rowid > rowid {
@@ -88,6 +94,7 @@ unsafe fn from_window(f: &mut PasvIndexFetch, rowid: u64, snapshot: pg_sys::Snap
                 f.peek_creator = row.creator;
                 f.peek_tuple = row.tuple;
                 f.peek_len = row.tuple_len;
+                f.peek_redirect = row.redirect;
             }
             None => {
                 // The window is exhausted: nothing more is visible in it.
@@ -145,6 +152,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         };
         f.last_asked = rowid;
         return match row {
+            Some(super::stream::Row { redirect: Some(member), .. }) => fetch_member(f, tid, member, snapshot, slot),
             Some(row) => hand_out(f, &row, snapshot, slot),
             None => {
                 report_dead(f, rowid, all_dead);
@@ -167,6 +175,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
         crate::error::CallError::from(e).raise("fetching a row by TID");
     }
     match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
+        Some(super::stream::Row { redirect: Some(member), .. }) => fetch_member(f, tid, member, snapshot, slot),
         Some(row) => {
             note_buffered_writer(f.stream.cf, rowid, snapshot);
             hand_out(f, &row, snapshot, slot)
@@ -176,6 +185,37 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
             false
         }
     }
+}
+
+/// An index entry led to a root that redirects to `member`, the newest
+/// member of its chain the snapshot sees: the row is that member's version
+/// the snapshot sees, if any (a newer member's creator is the redirect's,
+/// so a snapshot that sees a member's move sees the root's redirect to the
+/// next member too, and one hop suffices). The slot and `tid` get the
+/// member's TID, as heap's HOT search returns the chain member it found
+/// (a deferred exclusion check passes it on to tell the row from others).
+unsafe fn fetch_member(
+    f: &mut PasvIndexFetch,
+    tid: pg_sys::ItemPointer,
+    member: u64,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    let Some(row) = member_row(f.base.rel, member, Reader::Snapshot(snapshot)) else { return false };
+    super::tid_from_rowid(member, &mut *tid);
+    note_buffered_writer(fetch_stream(f.base.rel).cf, member, snapshot);
+    describe_row(f.base.rel, &row, &mut f.tuple);
+    super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
+    super::store_copy_in_slot(&mut f.tuple, slot);
+    true
+}
+
+/// The version of heap-only row `member` of `rel` that `reader` sees, if
+/// any, in the backend's single-row stream (valid until its next use).
+pub(super) unsafe fn member_row(rel: pg_sys::Relation, member: u64, reader: Reader) -> Option<super::stream::Row> {
+    let stream = fetch_stream(rel);
+    stream.set_range(member, member + 1);
+    stream.next_row(reader, "following a chain of heap-only rows").filter(|row| row.redirect.is_none())
 }
 
 /// A dirty snapshot (a unique check) found a row another transaction in

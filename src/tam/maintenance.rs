@@ -336,7 +336,9 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         if !keys.form(index_info) {
             continue;
         }
+        // A heap-only row is indexed under its chain's root, as heap's are.
         let mut tid = (*slot).tts_tid;
+        super::tid_from_rowid(s.last_root, &mut tid);
         let alive = !s.stream.recently_dead;
         callback(index_rel, &mut tid, keys.values.as_mut_ptr(), keys.isnull.as_mut_ptr(), alive, callback_state);
         if alive {
@@ -344,6 +346,12 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
         }
     }
 
+    if s.stream.broken_chain {
+        // Older snapshots may see values of a chain that the index holds
+        // only with its newest member's: as heap's, the index is used only
+        // by transactions that started after this build.
+        (*index_info).ii_BrokenHotChain = true;
+    }
     keys.finish(index_info);
     // Like heap's, this callback ends the scan it was given (parallel builds).
     super::scan::scan_end(scan);
@@ -356,9 +364,8 @@ pub unsafe extern "C-unwind" fn index_build_range_scan(
 /// The validation pass of a concurrent index build: every row visible to
 /// `snapshot` whose TID the index does not hold yet (the TIDs it holds come
 /// sorted in `state.tuplesort`) is inserted, with a unique check if the
-/// index is unique. A pasv row keeps one TID for all its versions (an
-/// update of an indexed column moves the row to a new one), so a row's TID
-/// plays the part of heap's HOT-chain root.
+/// index is unique. A row's index TID is its own, or its chain's root's
+/// when it is heap-only (`pasv_am::row`), as heap's HOT chains.
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_validate_scan(
     table_rel: pg_sys::Relation,
@@ -383,26 +390,25 @@ pub unsafe extern "C-unwind" fn index_validate_scan(
     } else {
         pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
     };
-    // The index's TIDs, ascending, as heap's `itemptr_encode` packs them.
-    let mut indexed: Option<i64> = None;
-    let mut sort_done = false;
+    // The index's TIDs, ascending, as heap's `itemptr_encode` packs them,
+    // all read first: a heap-only row's entry is its root's TID, which the
+    // walk in rowid order does not meet in order (8 bytes an entry).
+    let mut indexed: Vec<i64> = Vec::new();
+    loop {
+        let mut datum = pg_sys::Datum::from(0usize);
+        let mut null = false;
+        if !pg_sys::tuplesort_getdatum((*state).tuplesort, true, false, &mut datum, &mut null, std::ptr::null_mut()) {
+            break;
+        }
+        indexed.push(datum.value() as i64);
+    }
 
     while s.next_into(slot) {
         pgrx::check_for_interrupts!();
         (*state).htups += 1.0;
         let mut tid = (*slot).tts_tid;
-        let encoded = encode_tid(&tid);
-        while !sort_done && indexed.is_none_or(|t| t < encoded) {
-            let mut datum = pg_sys::Datum::from(0usize);
-            let mut null = false;
-            if pg_sys::tuplesort_getdatum((*state).tuplesort, true, false, &mut datum, &mut null, std::ptr::null_mut()) {
-                indexed = Some(datum.value() as i64);
-            } else {
-                sort_done = true;
-                indexed = None;
-            }
-        }
-        if indexed == Some(encoded) {
+        super::tid_from_rowid(s.last_root, &mut tid);
+        if indexed.binary_search(&encode_tid(&tid)).is_ok() {
             continue;
         }
         if !keys.form(index_info) {

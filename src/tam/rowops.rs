@@ -20,7 +20,7 @@ use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
 use pasv_am::keys::{self, ROW_KEY_LEN};
 use pasv_am::protocol::{BatchBuilder, CfRef, LockMode};
-use pasv_am::row::{RowHeader, FLAG_MOVED, FLAG_TOMBSTONE, HEADER_LEN};
+use pasv_am::row::{RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
@@ -525,19 +525,21 @@ enum IndexedChange {
     Other,
 }
 
-/// Whether the new tuple changes a column some index depends on.
+/// Whether the new tuple changes a column some index depends on, and
+/// whether the table has summarizing indexes.
 unsafe fn indexed_columns_change(
     rel: pg_sys::Relation,
     old: &mut pg_sys::HeapTupleData,
     slot: *mut pg_sys::TupleTableSlot,
-) -> IndexedChange {
+) -> (IndexedChange, bool) {
     if !(*(*rel).rd_rel).relhasindex {
-        return IndexedChange::None;
+        return (IndexedChange::None, false);
     }
     let attrs = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_HOT_BLOCKING);
     let summarized = pg_sys::RelationGetIndexAttrBitmap(rel, pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_SUMMARIZED);
+    let summarizing = !summarized.is_null();
     if attrs.is_null() && summarized.is_null() {
-        return IndexedChange::None;
+        return (IndexedChange::None, false);
     }
     let desc = (*rel).rd_att;
     let natts = (*desc).natts as usize;
@@ -583,7 +585,7 @@ unsafe fn indexed_columns_change(
     };
     pg_sys::bms_free(attrs);
     pg_sys::bms_free(summarized);
-    change
+    (change, summarizing)
 }
 
 /// AFTER ROW UPDATE triggers (foreign keys included) and the transition
@@ -648,6 +650,32 @@ fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u
     RowHeader { flags, cid, xid: full_xid, moved_to }.encode()
 }
 
+/// Mark a stored row value (`stored_value`'s) heap-only, of the chain
+/// rooted at `root`.
+fn mark_heap_only(value: &mut [u8], root: u64) {
+    if let Ok((mut h, _)) = RowHeader::decode(value) {
+        h.flags |= FLAG_HEAP_ONLY;
+        h.moved_to = root;
+        value[..HEADER_LEN].copy_from_slice(&h.encode());
+    }
+}
+
+/// The root's side of a change of heap-only row `member` (HOT_PATH.md
+/// §37): a redirect to `moved_to` when the row moved on within the chain
+/// (HOT), else a tombstone that ends the chain (the row was deleted, or
+/// moved to a row with index entries of its own). Written in the same
+/// batch as the member's change, so every reader sees both or neither; the
+/// root's dead versions are pruned as the member's are.
+unsafe fn note_at_root(batch: &mut BatchBuilder, rel: pg_sys::Relation, cf: CfRef, root: u64, cid: pg_sys::CommandId, full_xid: u64, hot_to: Option<u64>, doing: &str) {
+    let chain = Chain::read(cf, root, doing);
+    let (flags, moved_to) = match hot_to {
+        Some(n) => (FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING, n),
+        None => (FLAG_TOMBSTONE | FLAG_ROOT | FLAG_BOOKKEEPING, 0),
+    };
+    push(batch, &keys::row_key(root, chain.next_version()), &RowHeader { flags, cid, xid: full_xid, moved_to }.encode());
+    prune(batch, rel, root, &chain);
+}
+
 unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &str) {
     if let Err(e) = engine_client::put_batch_now(cf, super::logs_changes(rel), batch) {
         e.raise(&format!("{doing} {}", rel_name(rel)));
@@ -663,19 +691,24 @@ unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &
 /// cannot see it, writers and lockers wait for the lock, and a unique
 /// check, which must wait for a deleter or updater in progress, finds the
 /// lock marked as written (`row_locks::note_write`, read by `tam/fetch.rs`).
-/// `moved_to`: the new rowid of a row that moves (nothing but the old
-/// rowid's chain leads there). A row that moves in a table with indexes is
-/// never buffered (call [`write`]): its new rowid's index entries follow at
-/// once, and a unique check that finds them must find the row. Nor is a
+/// `also`: the other rowids the batch writes (at most two: the new rowid
+/// of a row that moves, which nothing but the old rowid's chain and a
+/// chain's root lead to, and that root). A row that moves to a rowid with
+/// index entries of its own is never buffered (call [`write`]): its new
+/// rowid's index entries follow at once, and a unique check that finds
+/// them must find the row. Nor is a
 /// SERIALIZABLE transaction's change: a serializable reader of the row must
 /// see the change in progress to record its rw-conflict (heap's conflict
 /// out), or write skew goes undetected (`sql/serializable`).
-unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, moved_to: Option<u64>, batch: &BatchBuilder, doing: &str) {
+unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, also: &[u64], batch: &BatchBuilder, doing: &str) {
     let top = u32::from(pg_sys::GetTopTransactionId());
     let serializable = pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32;
     if !serializable && crate::row_locks::note_write(cf, rowid, top) {
         let xid = pg_sys::GetCurrentFullTransactionId().value as u32;
-        let rows = [rowid, moved_to.unwrap_or(rowid)];
+        let mut rows = [rowid; 3];
+        for (slot, r) in rows[1..].iter_mut().zip(also) {
+            *slot = *r;
+        }
         match engine_client::buffer_batch(cf, super::logs_changes(rel), xid, &rows, batch) {
             Ok(true) => {
                 crate::xact::mark_written();
@@ -741,7 +774,11 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
-            write_row_change(rel, cf, rowid, None, &batch, "deleting from");
+            let root = chain.versions[h].header.root();
+            if let Some(root) = root {
+                note_at_root(&mut batch, rel, cf, root, cid, full_xid, None, "deleting from");
+            }
+            write_row_change(rel, cf, rowid, &[root.unwrap_or(rowid)], &batch, "deleting from");
             pg_sys::pgstat_count_heap_delete(rel);
             let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
             DELETED_ROW.with(|d| *d.borrow_mut() = Some(DeletedRow { cf, rowid, xid, cid, chain, head: h }));
@@ -795,7 +832,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
     (*slot).tts_tableOid = (*rel).rd_id;
     (*slot_tuple).t_tableOid = (*rel).rd_id;
     let mut old = chain.tuple(rel, rowid, h);
-    let change = indexed_columns_change(rel, &mut old, slot);
+    let (change, summarizing) = indexed_columns_change(rel, &mut old, slot);
     // With `pasv.move_unindexed_updates` (on by default), a table without
     // indexes moves every updated row to a new rowid, as heap puts the new
     // version after the others: scans meet updated rows last (20 of the
@@ -809,8 +846,20 @@ pub unsafe extern "C-unwind" fn tuple_update(
     // autocommit: 1 804 TPS moving, 1 738 in place, heap 3 077 (20 s each,
     // one server); before the scans removed them, moving fell from 861 to
     // 231 TPS within 20 s.
-    let unindexed = !(*(*rel).rd_rel).relhasindex && crate::guc::MOVE_UNINDEXED_UPDATES.get();
-    let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other || unindexed;
+    let indexed = (*(*rel).rd_rel).relhasindex;
+    let unindexed = !indexed && crate::guc::MOVE_UNINDEXED_UPDATES.get();
+    // A table with indexes: an UPDATE that changes no indexed column moves
+    // the row within its chain, as heap's HOT update (HOT_PATH.md §37): the
+    // new version is heap-only, reached from the index entries of the
+    // chain's root, which gets a redirect to it; no index gets an entry.
+    // Not in a table with summarizing (BRIN) indexes: heap's HOT version
+    // stays on its page, so in its block range (brin_summarize_new_values
+    // finds nothing new after updates), where pasv's would go to another;
+    // such rows keep their rowid.
+    let hot = indexed && change == IndexedChange::None && !summarizing && crate::guc::HOT_UPDATES.get();
+    let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other || unindexed || hot;
+    // The root of the row's chain, if the row is a heap-only member.
+    let member_of = chain.versions[h].header.root();
     let mut batch = notes::batch_for(rel);
     // A moved row's subscribers find it by its old key; an updated one by
     // its new key, unless the identity is the whole row.
@@ -822,20 +871,34 @@ pub unsafe extern "C-unwind" fn tuple_update(
 
     let mut value = Vec::with_capacity(HEADER_LEN + (*tuple).t_len as usize);
     let new_rowid = if moves {
-        // An indexed column changed: the row moves, so index entries for the
-        // old key values keep pointing at the old rowid's tombstone.
+        // The row moves: index entries for the old key values keep
+        // pointing at the old rowid's tombstone (or, HOT, at the root).
         let new_rowid = match engine_client::next_rowid(cf, super::modify::row_space(rel, tuple)) {
             Ok(r) => r,
             Err(e) => e.raise(&format!("updating {}", rel_name(rel))),
         };
         super::forklen::cover_rowid(rel, new_rowid);
         stored_value(tuple, new_rowid, full_xid, cid, &mut value);
+        let mut gone = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid, xid: full_xid, moved_to: new_rowid };
+        if hot {
+            mark_heap_only(&mut value, member_of.unwrap_or(rowid));
+            gone.flags |= FLAG_HOT;
+            if member_of.is_none() {
+                // The row's first move within its chain: it becomes the root.
+                gone.flags |= FLAG_ROOT;
+            }
+            *update_indexes = pg_sys::TU_UpdateIndexes::TU_None;
+        } else {
+            *update_indexes = pg_sys::TU_UpdateIndexes::TU_All;
+        }
         push(&mut batch, &keys::row_key(new_rowid, 0), &value);
-        push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, Some(new_rowid)));
-        *update_indexes = pg_sys::TU_UpdateIndexes::TU_All;
+        push(&mut batch, &keys::row_key(rowid, chain.next_version()), &gone.encode());
         new_rowid
     } else {
         stored_value(tuple, rowid, full_xid, cid, &mut value);
+        if let Some(root) = member_of {
+            mark_heap_only(&mut value, root);
+        }
         push(&mut batch, &keys::row_key(rowid, chain.next_version()), &value);
         if change == IndexedChange::Summarized {
             *update_indexes = pg_sys::TU_UpdateIndexes::TU_Summarizing;
@@ -843,10 +906,13 @@ pub unsafe extern "C-unwind" fn tuple_update(
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);
+    if let (Some(root), true) = (member_of, moves) {
+        note_at_root(&mut batch, rel, cf, root, cid, full_xid, hot.then_some(new_rowid), "updating");
+    }
     if !moves {
-        write_row_change(rel, cf, rowid, None, &batch, "updating");
-    } else if unindexed {
-        write_row_change(rel, cf, rowid, Some(new_rowid), &batch, "updating");
+        write_row_change(rel, cf, rowid, &[], &batch, "updating");
+    } else if unindexed || hot {
+        write_row_change(rel, cf, rowid, &[new_rowid, member_of.unwrap_or(new_rowid)], &batch, "updating");
     } else {
         write(rel, cf, &batch, "updating");
     }

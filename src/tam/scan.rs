@@ -23,6 +23,9 @@ pub struct PasvScan {
     pub build_live: bool,
     /// Index builds: heap's OldestXmin (`Reader::Build`); invalid otherwise.
     pub build_horizon: pg_sys::TransactionId,
+    /// The rowid that index entries of the row handed out last point at
+    /// (its chain's root when it is heap-only).
+    pub last_root: u64,
     /// The rowid range of a non-parallel scan (whole table, TID range, or
     /// one bitmap block).
     range_lo: u64,
@@ -179,6 +182,7 @@ impl PasvScan {
     unsafe fn emit(&mut self, row: &Row, slot: *mut pg_sys::TupleTableSlot) {
         let rel = self.base.rs_rd;
         self.cur_rowid = row.rowid;
+        self.last_root = row.root;
         super::scan_stats::row_returned(rel, self.base.rs_flags, row.rowid, &mut self.stats_block);
         describe_row(rel, row, &mut self.tuple);
         store_in_slot(&mut self.tuple, slot);
@@ -192,6 +196,13 @@ impl PasvScan {
             if let Some(row) = self.stream.next_row(reader, "scanning") {
                 if self.bm_ntuples >= 0 && !self.bm_by_row() && !self.bitmap_wants(row.rowid) {
                     continue;
+                }
+                if let Some(member) = row.redirect {
+                    // A bitmap holds chains' roots: the row is the member
+                    // the root leads to, kept in the scan's own copy.
+                    let Some(found) = super::fetch::member_row(self.base.rs_rd, member, reader) else { continue };
+                    self.keep_copy(&found);
+                    return Some(Row { tuple: self.back_copy, ..found });
                 }
                 return Some(row);
             }
@@ -267,7 +278,7 @@ impl PasvScan {
         };
         self.at_row = self.last_visible_below(hi);
         if self.at_row {
-            let row = Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize };
+            let row = Row { rowid: self.cur_rowid, creator: 0, tuple: self.back_copy, tuple_len: self.tuple.t_len as usize, root: self.cur_rowid, redirect: None };
             describe_row(self.base.rs_rd, &row, &mut self.tuple);
             store_in_slot(&mut self.tuple, slot);
         } else {
@@ -543,6 +554,10 @@ pub unsafe extern "C-unwind" fn scan_bitmap_next_block(
     s.range_hi = s.range_lo + ROWS_PER_BLOCK;
     s.bm_ntuples = (*tbmres).ntuples.max(-1);
     s.bm_index = 0;
+    // The bitmap's TIDs are chains' roots: heap-only rows are reached
+    // through them, never on their own.
+    s.stream.follow_redirects = true;
+    s.stream.skip_heap_only = true;
     s.bm_offsets = (*tbmres).offsets.as_ptr();
     // A few exact offsets (an UPDATE ... WHERE key = $1 planned as a bitmap
     // scan, TPC-B's tellers and branches): one-row reads, which the row
@@ -648,7 +663,7 @@ pub unsafe extern "C-unwind" fn scan_sample_next_tuple(
         }
         if s.ahead_rowid == wanted {
             s.ahead_valid = false;
-            let row = Row { rowid: wanted, creator: 0, tuple: s.ahead_tuple, tuple_len: s.ahead_len };
+            let row = Row { rowid: wanted, creator: 0, tuple: s.ahead_tuple, tuple_len: s.ahead_len, root: wanted, redirect: None };
             describe_row(rel, &row, &mut s.tuple);
             store_in_slot(&mut s.tuple, slot);
             return true;

@@ -116,6 +116,18 @@ pub struct RowStream {
     /// Rows found dead to every snapshot (with `dead_test`) are removed
     /// when the stream reaches its end (`scan_prune`).
     pub prune_dead: bool,
+    /// Index fetches and bitmap scans, which arrive at a chain's root: a
+    /// root whose visible version redirects is returned as such
+    /// ([`Row::redirect`]) instead of passed over as deleted.
+    pub follow_redirects: bool,
+    /// Bitmap scans: heap-only rows are passed over (their roots, which the
+    /// bitmap holds, lead to them).
+    pub skip_heap_only: bool,
+    /// Index builds (`Reader::Build`): a row moved to a heap-only version
+    /// that some snapshot may still see as it was was met, so the index,
+    /// which holds only the chain's newest values, must not serve older
+    /// snapshots (heap's broken HOT chain: `indcheckxmin`).
+    pub broken_chain: bool,
 }
 
 /// Buffer sets (a batch buffer and its entry index) the pool holds at most,
@@ -226,6 +238,8 @@ pub fn last_row(cf: CfRef, rowid: u64) -> Option<Row> {
         creator: last.creator,
         tuple: last.tuple,
         tuple_len: last.tuple_len,
+        root: rowid,
+        redirect: None,
     })
 }
 
@@ -258,6 +272,13 @@ pub struct Row {
     pub creator: u64,
     pub tuple: *mut u8,
     pub tuple_len: usize,
+    /// The rowid the row's index entries point at: its chain's root for a
+    /// heap-only row (`pasv_am::row`), else `rowid`.
+    pub root: u64,
+    /// With [`RowStream::follow_redirects`]: the row is a root whose visible
+    /// version points at the newest member of its chain, this rowid (no
+    /// tuple: `tuple` is null).
+    pub redirect: Option<u64>,
 }
 
 impl RowStream {
@@ -324,6 +345,9 @@ impl RowStream {
             ahead_displaced: false,
             pooled: lent.is_some(),
             prune_dead: false,
+            follow_redirects: false,
+            skip_heap_only: false,
+            broken_chain: false,
         }
     }
 
@@ -656,10 +680,17 @@ impl RowStream {
             }
             if let Reader::Build(horizon) = reader {
                 if header.is_tombstone() && !visibility::dead_to_all(&header, horizon) {
-                    // Deleted or moved, but a snapshot older than the horizon
-                    // still sees the version below: index that one, not alive.
-                    self.recently_dead = true;
-                    continue;
+                    if header.is_hot() {
+                        // Moved within a chain: the index holds the chain
+                        // once, through its newest member.
+                        self.broken_chain = true;
+                    } else {
+                        // Deleted or moved, but a snapshot older than the
+                        // horizon still sees the version below: index that
+                        // one, not alive.
+                        self.recently_dead = true;
+                        continue;
+                    }
                 }
             }
             // This version decides the row.
@@ -671,6 +702,23 @@ impl RowStream {
                 }
             }
             self.skip_rest_of(e.rowid);
+            if header.is_redirect() {
+                // A root whose chain lives on: never dead by itself.
+                if self.follow_redirects {
+                    return Some(Row {
+                        creator: header.xid,
+                        rowid: e.rowid,
+                        tuple: std::ptr::null_mut(),
+                        tuple_len: 0,
+                        root: e.rowid,
+                        redirect: Some(header.moved_to),
+                    });
+                }
+                continue;
+            }
+            if header.is_heap_only() && self.skip_heap_only {
+                continue;
+            }
             if header.is_tombstone() {
                 if !self.dead_test.is_null() && self.newer_aborted && visibility::removable(&header, self.dead_test) {
                     self.mark_dead(e.rowid);
@@ -685,6 +733,8 @@ impl RowStream {
                 rowid: e.rowid,
                 tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
                 tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
+                root: header.root().unwrap_or(e.rowid),
+                redirect: None,
             };
             if visibility::is_mvcc(reader) {
                 let epoch = EPOCH.with(|e| e.get());

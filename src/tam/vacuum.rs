@@ -7,7 +7,7 @@ use super::cf_of;
 use crate::{engine_client, error};
 use pasv_am::keys;
 use pasv_am::protocol::BatchBuilder;
-use pasv_am::row::{RowHeader, FLAG_FROZEN, FLAG_MOVED, HEADER_LEN};
+use pasv_am::row::{RowHeader, FLAG_BOOKKEEPING, FLAG_FROZEN, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, HEADER_LEN};
 use pgrx::pg_sys;
 use std::collections::{HashMap, HashSet};
 
@@ -118,7 +118,7 @@ impl Pass {
         // Gone for everyone: no live creator at all, or a visible-to-all tombstone on top.
         let row_dead = match (head, all_visible) {
             (None, _) => true,
-            (Some(h), Some(k)) => h == k && versions[k].header.is_tombstone(),
+            (Some(h), Some(k)) => h == k && versions[k].header.is_dead_end(),
             _ => false,
         };
         // A dead row that must stay keeps its newest version, alone.
@@ -255,6 +255,9 @@ pub unsafe fn copy_rows(
         let head = rows.iter().position(|(_, _, _, c, _)| *c != Creator::Aborted);
         let row_dead = match (head, all_visible) {
             (None, _) => true,
+            // The copy's rebuilt indexes hold every row under its own TID
+            // (no chains: see below), so a root whose redirect every
+            // snapshot sees is as gone as a moved row.
             (Some(h), Some(k)) => h == k && rows[k].2.is_tombstone(),
             _ => false,
         };
@@ -270,6 +273,13 @@ pub unsafe fn copy_rows(
                 *kept_dead += 1;
             }
             let mut header = *header;
+            // Heap-only chains end with the copy: members become rows of
+            // their own, which the rebuilt indexes hold under their own
+            // TIDs, and roots' redirects plain moves.
+            if header.is_heap_only() {
+                header.moved_to = 0;
+            }
+            header.flags &= !(FLAG_HEAP_ONLY | FLAG_ROOT | FLAG_HOT | FLAG_BOOKKEEPING);
             if *creator == Creator::Committed && !header.is_frozen() && precedes(header.xid, freeze_limit) {
                 header.flags |= FLAG_FROZEN;
             }

@@ -36,7 +36,7 @@ use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
 use crate::keys::{decode_row_key, row_key, rowid_to_tid};
-use crate::row::{RowHeader, FLAG_MOVED};
+use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_MOVED};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -118,7 +118,7 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                 put_varint(out, u64::from(h.cid));
                 put_varint(out, zigzag(h.xid.wrapping_sub(prev_xid) as i64));
                 prev_xid = h.xid;
-                if h.flags & FLAG_MOVED != 0 {
+                if h.flags & (FLAG_MOVED | FLAG_HEAP_ONLY) != 0 {
                     put_varint(out, h.moved_to);
                 }
                 put_varint(out, tuple.len() as u64);
@@ -201,7 +201,7 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                 let flags = r.byte()?;
                 let cid = r.u32()?;
                 xid = xid.wrapping_add(unzigzag(r.varint()?) as u64);
-                let moved_to = if flags & FLAG_MOVED != 0 { r.varint()? } else { 0 };
+                let moved_to = if flags & (FLAG_MOVED | FLAG_HEAP_ONLY) != 0 { r.varint()? } else { 0 };
                 let tuple_len = r.varint()?;
                 let header = RowHeader { flags, cid, xid, moved_to };
                 value.extend_from_slice(&header.encode());
@@ -234,7 +234,7 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
 mod tests {
     use super::*;
     use crate::engine::test_support::xorshift;
-    use crate::row::{FLAG_FROZEN, FLAG_TOMBSTONE};
+    use crate::row::{FLAG_FROZEN, FLAG_HEAP_ONLY, FLAG_TOMBSTONE};
 
     fn request(cf: CfRef, entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
         let mut b = BatchBuilder::new();
@@ -270,8 +270,9 @@ mod tests {
                 let version = next(5) as u32 * if round % 7 == 0 { u32::MAX / 5 } else { 1 };
                 let key = row_key(rowid, version).to_vec();
                 let tuple: Vec<u8> = (0..next(200)).map(|_| next(256) as u8).collect();
-                let v = match next(6) {
+                let v = match next(7) {
                     0 => Vec::new(),
+                    6 => value(RowHeader { flags: FLAG_HEAP_ONLY, cid: 2, xid, moved_to: next(1 << 40) }, &tuple),
                     1 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid: 3, xid, moved_to: 1 + next(1 << 56) }, &[]),
                     2 => value(RowHeader { flags: FLAG_FROZEN, cid: u32::MAX, xid: xid + 1, moved_to: 0 }, &tuple),
                     // Not a row header: kept as it stands.
