@@ -25,6 +25,8 @@ DROP TABLE ud, udd;
 -- VACUUM keeps the aborted newest version of a live row, so its version
 -- number is never written again (replay would order VACUUM's removal after
 -- the later UPDATE that reused it).
+-- (Versions under one rowid: updates in place.)
+SET pasv.hot_updates = off;
 CREATE TABLE vr (k int PRIMARY KEY, v int) USING pasv;
 INSERT INTO vr VALUES (1, 0);
 BEGIN;
@@ -40,6 +42,7 @@ SELECT * FROM vr;
 SELECT version, tombstone FROM pasv.versions('vr'::regclass);
 SELECT count(*) AS verify_problems FROM pasv.verify('vr'::regclass);
 DROP TABLE vr;
+RESET pasv.hot_updates;
 
 -- pasv.verify and crash points refuse what they cannot do, with a HINT.
 CREATE TABLE not_pasv (i int);

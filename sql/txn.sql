@@ -80,6 +80,9 @@ BEGIN
         INSERT INTO wb_log VALUES (i, 'line');
     END LOOP;
 END $$;
+-- (Stock updates in place: a HOT update takes a new rowid, and a second
+-- reservation in the loop would be a request that waits for the held write.)
+SET pasv.hot_updates = off;
 BEGIN;
 -- The first line plans the statements and reserves rowids (requests,
 -- which send the buffer and wait for the write before them).
@@ -90,6 +93,7 @@ SELECT pasv.test_delay_next_write(2000000);
 SELECT wb_order(2, 40);
 SELECT sum(posted) - (SELECT posted FROM wb_posted0) <= 3 AS few_posts
     FROM pasv.channel_stats('backend') WHERE request IN ('put_batch', 'put_batches');
+RESET pasv.hot_updates;
 -- Reads see the buffered rows of each table (index, sequential scan).
 SELECT item FROM wb_lines WHERE id = 17;
 SELECT qty FROM wb_stock WHERE item = 39;

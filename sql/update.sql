@@ -1,10 +1,12 @@
--- UPDATE and DELETE: a new version under the same rowid when no indexed
--- column changes; a moved row (new rowid, "moved" tombstone) when one does.
+-- UPDATE and DELETE: a heap-only version at a new TID when no indexed
+-- column changes (HOT, sql/hot_update.sql; in place with pasv.hot_updates
+-- off); a moved row (new rowid, "moved" tombstone, new index entries) when
+-- one does.
 CREATE TABLE acct (id int PRIMARY KEY, owner text, balance int8, note text) USING pasv;
 CREATE INDEX acct_owner ON acct (owner);
 INSERT INTO acct SELECT g, 'o' || g, 100, 'n' FROM generate_series(1, 1000) g;
 
--- Non-indexed columns: the row keeps its TID.
+-- Non-indexed columns: a new TID, as heap's HOT update.
 SELECT ctid AS before_tid FROM acct WHERE id = 7 \gset
 UPDATE acct SET balance = balance + 5, note = 'updated' WHERE id = 7;
 SELECT ctid = :'before_tid' AS same_tid, balance, note FROM acct WHERE id = 7;
@@ -144,8 +146,9 @@ DROP TABLE cur;
 -- again (the row locks' write epoch shows nobody wrote it since the scan
 -- read it): no round trip and no row-cache lookup a row. Each update still
 -- removes the version below a head every snapshot sees, so repeated
--- updates leave two versions a row, as when the chain was read. (The
--- primary key keeps the rows in place: without an index they move.)
+-- updates leave two versions a row, as when the chain was read. (Updates
+-- in place: heap-only chains leave their roots' redirects to VACUUM.)
+SET pasv.hot_updates = off;
 CREATE TABLE upd_scan (id int PRIMARY KEY, v int, pad text) USING pasv;
 INSERT INTO upd_scan SELECT g, 0, repeat('p', 20) FROM generate_series(1, 3000) g;
 CREATE TABLE upd_before USING heap AS
@@ -161,6 +164,7 @@ SELECT (SELECT calls FROM pasv.channel_stats('backend') WHERE request = 'scan') 
 SELECT count(*), sum(v), min(v), max(v) FROM upd_scan;
 SELECT pasv.table_versions('upd_scan'::regclass) <= 2 * 3000 + 500 AS pruned;
 DROP TABLE upd_scan, upd_before;
+RESET pasv.hot_updates;
 
 -- With pasv.move_unindexed_updates off, an UPDATE of a table without
 -- indexes keeps the row's TID.

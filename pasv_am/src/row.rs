@@ -13,7 +13,7 @@
 //! | 2..4 | zero |
 //! | 4..8 | command id (u32) |
 //! | 8..16 | creator FullTransactionId (u64) |
-//! | 16..24 | link (u64): the moved-to rowid of a MOVED version, the root of a HEAP_ONLY one, else 0 |
+//! | 16..24 | link (u64): the moved-to rowid of a MOVED version; of a HEAP_ONLY one, the root (low [`ROOT_BITS`] bits) and the root's version that redirects to it (the rest, [`ROOT_VERSION_UNKNOWN`] if too large); else 0 |
 //!
 //! Invariants (checked by [`RowHeader::decode`], so a value that passes is well formed):
 //! * [`HEADER_LEN`] is a multiple of 8: a tuple stored at an 8-aligned value
@@ -49,8 +49,25 @@ pub const FLAG_MOVED: u8 = 1 << 1;
 /// The creator is known committed and visible to everyone (VACUUM froze it).
 pub const FLAG_FROZEN: u8 = 1 << 2;
 /// A row version reached through its chain's root (`moved_to` holds the
-/// root's rowid): its index entries are the root's.
+/// root's rowid and version: [`heap_only_link`]): its index entries are
+/// the root's.
 pub const FLAG_HEAP_ONLY: u8 = 1 << 3;
+
+/// Bits of a heap-only version's link that hold its root's rowid (every
+/// rowid is below `2^41`: `keys::MAX_ROWID`).
+pub const ROOT_BITS: u32 = 41;
+/// The root version field of a link that does not know it.
+pub const ROOT_VERSION_UNKNOWN: u32 = (1 << (64 - ROOT_BITS)) - 1;
+
+/// The link of a heap-only version: its root, and the version of the
+/// root that redirects to it (a writer that moves the row on writes the
+/// root's next redirect above it without reading the root: HOT_PATH §37).
+pub fn heap_only_link(root: u64, root_version: Option<u32>) -> u64 {
+    let v = root_version.map_or(ROOT_VERSION_UNKNOWN, |v| v.min(ROOT_VERSION_UNKNOWN));
+    root & ((1 << ROOT_BITS) - 1) | u64::from(v) << ROOT_BITS
+}
+
+const _: () = assert!(crate::keys::MAX_ROWID < 1 << ROOT_BITS);
 /// A tombstone on a root of heap-only rows: with MOVED, it points at the
 /// newest member and keeps the root alive; without, it ends the chain.
 pub const FLAG_ROOT: u8 = 1 << 4;
@@ -115,7 +132,14 @@ impl RowHeader {
 
     /// The root of a heap-only version, else None.
     pub fn root(&self) -> Option<u64> {
-        self.is_heap_only().then_some(self.moved_to)
+        self.is_heap_only().then_some(self.moved_to & ((1 << ROOT_BITS) - 1))
+    }
+
+    /// A heap-only version: the version of its root that redirects to it,
+    /// if the link holds it.
+    pub fn root_version(&self) -> Option<u32> {
+        let v = (self.moved_to >> ROOT_BITS) as u32;
+        (self.is_heap_only() && v != ROOT_VERSION_UNKNOWN).then_some(v)
     }
 
     /// Moved to a heap-only version of the same chain.
@@ -309,9 +333,14 @@ mod tests {
 
     #[test]
     fn heap_only_and_root_flags() {
-        let member = RowHeader { flags: FLAG_HEAP_ONLY, cid: 1, xid: 7, moved_to: 0 };
+        let member = RowHeader { flags: FLAG_HEAP_ONLY, cid: 1, xid: 7, moved_to: heap_only_link(0, Some(0)) };
         let (m, _) = RowHeader::decode(&member.encode()).unwrap();
-        assert_eq!(m.root(), Some(0), "rowid 0 can be a root");
+        assert_eq!((m.root(), m.root_version()), (Some(0), Some(0)), "rowid 0 can be a root");
+        let far = RowHeader { flags: FLAG_HEAP_ONLY, cid: 1, xid: 7, moved_to: heap_only_link(crate::keys::MAX_ROWID, Some(77)) };
+        assert_eq!((far.root(), far.root_version()), (Some(crate::keys::MAX_ROWID), Some(77)));
+        let unknown = RowHeader { flags: FLAG_HEAP_ONLY, cid: 1, xid: 7, moved_to: heap_only_link(5, Some(u32::MAX)) };
+        assert_eq!((unknown.root(), unknown.root_version()), (Some(5), None));
+        assert_eq!(heap_only_link(5, None), unknown.moved_to);
         assert!(!m.is_tombstone());
         let redirect = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_ROOT | FLAG_HOT, cid: 1, xid: 7, moved_to: 9 };
         let (r, _) = RowHeader::decode(&redirect.encode()).unwrap();
@@ -343,8 +372,8 @@ mod tests {
         bad[0] = 2;
         assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFormat(2)));
         let mut bad = good;
-        bad[1] = 0x40;
-        assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFlags(0x40)));
+        bad[1] = 0x80;
+        assert_eq!(RowHeader::decode(&bad), Err(CodecError::UnknownFlags(0x80)));
         let mut bad = good;
         bad[3] = 1;
         assert_eq!(RowHeader::decode(&bad), Err(CodecError::ReservedNotZero));

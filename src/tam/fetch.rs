@@ -202,8 +202,8 @@ unsafe fn fetch_member(
     slot: *mut pg_sys::TupleTableSlot,
 ) -> bool {
     let Some(row) = member_row(f.base.rel, member, Reader::Snapshot(snapshot)) else { return false };
-    super::tid_from_rowid(member, &mut *tid);
-    note_buffered_writer(fetch_stream(f.base.rel).cf, member, snapshot);
+    super::tid_from_rowid(row.rowid, &mut *tid);
+    note_buffered_writer(super::cf_of(f.base.rel), row.rowid, snapshot);
     describe_row(f.base.rel, &row, &mut f.tuple);
     super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
     super::store_copy_in_slot(&mut f.tuple, slot);
@@ -212,11 +212,34 @@ unsafe fn fetch_member(
 
 /// The version of heap-only row `member` of `rel` that `reader` sees, if
 /// any, in the backend's single-row stream (valid until its next use).
+/// The root and the member are two reads: a member that moved on in
+/// between (a dirty snapshot sees it at once) is followed to the next, as
+/// heap's HOT search walks the chain, else a unique check would miss the
+/// row.
 pub(super) unsafe fn member_row(rel: pg_sys::Relation, member: u64, reader: Reader) -> Option<super::stream::Row> {
     let stream = fetch_stream(rel);
-    stream.set_range(member, member + 1);
-    stream.next_row(reader, "following a chain of heap-only rows").filter(|row| row.redirect.is_none())
+    stream.follow_hot_moves = true;
+    let mut at = member;
+    // Each hop goes to a newer member; a chain is as long as its updates.
+    for _ in 0..MAX_HOPS {
+        stream.set_range(at, at + 1);
+        match stream.next_row(reader, "following a chain of heap-only rows") {
+            Some(super::stream::Row { redirect: Some(next), .. }) => at = next,
+            found => {
+                stream.follow_hot_moves = false;
+                return found;
+            }
+        }
+    }
+    crate::error::raise(
+        pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        format!("pasv: a chain of heap-only rows of {} from rowid {member} is longer than {MAX_HOPS}", super::rel_name(rel)),
+        "Run pasv.verify() on the table; VACUUM shortens chains.",
+    )
 }
+
+/// Members [`member_row`] follows at most.
+const MAX_HOPS: usize = 100_000;
 
 /// A dirty snapshot (a unique check) found a row another transaction in
 /// progress deleted or updated under its row lock with the write still in
@@ -339,6 +362,8 @@ unsafe fn fetch_stream(rel: pg_sys::Relation) -> &'static mut RowStream {
     let stream = &mut *stream;
     stream.cf = cf_of(rel);
     stream.ssi_rel = rel;
+    // Set only by a user that an ERROR may have ended.
+    stream.follow_hot_moves = false;
     stream
 }
 

@@ -20,7 +20,7 @@ use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
 use pasv_am::keys::{self, ROW_KEY_LEN};
 use pasv_am::protocol::{BatchBuilder, CfRef, LockMode};
-use pasv_am::row::{RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN};
+use pasv_am::row::{heap_only_link, RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
@@ -650,30 +650,52 @@ fn tombstone(cid: pg_sys::CommandId, full_xid: u64, moved_to: Option<u64>) -> [u
     RowHeader { flags, cid, xid: full_xid, moved_to }.encode()
 }
 
-/// Mark a stored row value (`stored_value`'s) heap-only, of the chain
-/// rooted at `root`.
-fn mark_heap_only(value: &mut [u8], root: u64) {
+/// Mark a stored row value (`stored_value`'s) heap-only, with `link`
+/// (`pasv_am::row::heap_only_link`).
+fn mark_heap_only(value: &mut [u8], link: u64) {
     if let Ok((mut h, _)) = RowHeader::decode(value) {
         h.flags |= FLAG_HEAP_ONLY;
-        h.moved_to = root;
+        h.moved_to = link;
         value[..HEADER_LEN].copy_from_slice(&h.encode());
     }
 }
 
 /// The root's side of a change of heap-only row `member` (HOT_PATH.md
-/// §37): a redirect to `moved_to` when the row moved on within the chain
-/// (HOT), else a tombstone that ends the chain (the row was deleted, or
-/// moved to a row with index entries of its own). Written in the same
-/// batch as the member's change, so every reader sees both or neither; the
-/// root's dead versions are pruned as the member's are.
-unsafe fn note_at_root(batch: &mut BatchBuilder, rel: pg_sys::Relation, cf: CfRef, root: u64, cid: pg_sys::CommandId, full_xid: u64, hot_to: Option<u64>, doing: &str) {
-    let chain = Chain::read(cf, root, doing);
+/// §37), written in the same batch as the member's change, so every reader
+/// sees both or neither: a redirect to `hot_to` when the row moved on
+/// within the chain, else a tombstone that ends the chain (the row was
+/// deleted, or moved to a row with index entries of its own): the root
+/// and the root's version to write, None if `member` is not heap-only.
+///
+/// The version is the member's root version plus the member's own next
+/// version (`at`): each attempt from a member writes a new version of the
+/// member, so no two attempts (an aborted one and the next) share a root
+/// version, and a member's successor starts above every attempt from it.
+/// No read of the root: an UPDATE of a row already moved costs what the
+/// first did. Without a root version (a link too small for it), the root's
+/// chain is read and its dead versions pruned. Otherwise the root's
+/// superseded redirects stay until VACUUM.
+unsafe fn root_version_for(batch: &mut BatchBuilder, rel: pg_sys::Relation, cf: CfRef, member: &RowHeader, at: u32, doing: &str) -> Option<(u64, u32)> {
+    let root = member.root()?;
+    let version = match member.root_version().and_then(|k| k.checked_add(at)) {
+        Some(v) if v < pasv_am::row::ROOT_VERSION_UNKNOWN => v,
+        _ => {
+            let chain = Chain::read(cf, root, doing);
+            prune(batch, rel, root, &chain);
+            chain.next_version()
+        }
+    };
+    Some((root, version))
+}
+
+/// Write the root's side chosen by [`root_version_for`]: a redirect to
+/// `hot_to`, or the end of the chain.
+fn note_at_root(batch: &mut BatchBuilder, (root, version): (u64, u32), cid: pg_sys::CommandId, full_xid: u64, hot_to: Option<u64>) {
     let (flags, moved_to) = match hot_to {
         Some(n) => (FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING, n),
         None => (FLAG_TOMBSTONE | FLAG_ROOT | FLAG_BOOKKEEPING, 0),
     };
-    push(batch, &keys::row_key(root, chain.next_version()), &RowHeader { flags, cid, xid: full_xid, moved_to }.encode());
-    prune(batch, rel, root, &chain);
+    push(batch, &keys::row_key(root, version), &RowHeader { flags, cid, xid: full_xid, moved_to }.encode());
 }
 
 unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &str) {
@@ -774,11 +796,11 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             let full_xid = pg_sys::GetCurrentFullTransactionId().value;
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
-            let root = chain.versions[h].header.root();
-            if let Some(root) = root {
-                note_at_root(&mut batch, rel, cf, root, cid, full_xid, None, "deleting from");
+            let member = chain.versions[h].header;
+            if let Some(at_root) = root_version_for(&mut batch, rel, cf, &member, chain.next_version(), "deleting from") {
+                note_at_root(&mut batch, at_root, cid, full_xid, None);
             }
-            write_row_change(rel, cf, rowid, &[root.unwrap_or(rowid)], &batch, "deleting from");
+            write_row_change(rel, cf, rowid, &[member.root().unwrap_or(rowid)], &batch, "deleting from");
             pg_sys::pgstat_count_heap_delete(rel);
             let xid = u32::from(pg_sys::GetTopTransactionIdIfAny());
             DELETED_ROW.with(|d| *d.borrow_mut() = Some(DeletedRow { cf, rowid, xid, cid, chain, head: h }));
@@ -858,17 +880,22 @@ pub unsafe extern "C-unwind" fn tuple_update(
     // such rows keep their rowid.
     let hot = indexed && change == IndexedChange::None && !summarizing && crate::guc::HOT_UPDATES.get();
     let moves = has_after_update_row_triggers(rel) || change == IndexedChange::Other || unindexed || hot;
-    // The root of the row's chain, if the row is a heap-only member.
-    let member_of = chain.versions[h].header.root();
+    // The row's head version: a heap-only member's knows its chain's root.
+    let member = chain.versions[h].header;
+    let member_of = member.root();
     let mut batch = notes::batch_for(rel);
     // A moved row's subscribers find it by its old key; an updated one by
-    // its new key, unless the identity is the whole row.
-    notes::note_old_row(rel, &mut batch, rowid, &mut old, moves);
+    // its new key, unless the identity is the whole row. A HOT move keeps
+    // every indexed column, the identity's too: as heap's, its message
+    // carries the new row only.
+    notes::note_old_row(rel, &mut batch, rowid, &mut old, moves && !hot);
     // Large values go to TOAST; unchanged ones are shared with the old version.
     let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
     check_row_size(rel, (*tuple).t_len as usize);
 
+    // A member that moves on: the root's version to write (HOT_PATH §37).
+    let at_root = if moves { root_version_for(&mut batch, rel, cf, &member, chain.next_version(), "updating") } else { None };
     let mut value = Vec::with_capacity(HEADER_LEN + (*tuple).t_len as usize);
     let new_rowid = if moves {
         // The row moves: index entries for the old key values keep
@@ -880,11 +907,20 @@ pub unsafe extern "C-unwind" fn tuple_update(
         super::forklen::cover_rowid(rel, new_rowid);
         stored_value(tuple, new_rowid, full_xid, cid, &mut value);
         let mut gone = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid, xid: full_xid, moved_to: new_rowid };
+        if let Some(at_root) = at_root {
+            // The root's side: a redirect to the new version, or the end.
+            note_at_root(&mut batch, at_root, cid, full_xid, hot.then_some(new_rowid));
+        }
         if hot {
-            mark_heap_only(&mut value, member_of.unwrap_or(rowid));
+            let link = match at_root {
+                Some((root, version)) => heap_only_link(root, Some(version)),
+                // The row's first move within its chain: it becomes the
+                // root, its tombstone the redirect.
+                None => heap_only_link(rowid, Some(chain.next_version())),
+            };
+            mark_heap_only(&mut value, link);
             gone.flags |= FLAG_HOT;
             if member_of.is_none() {
-                // The row's first move within its chain: it becomes the root.
                 gone.flags |= FLAG_ROOT;
             }
             *update_indexes = pg_sys::TU_UpdateIndexes::TU_None;
@@ -896,8 +932,8 @@ pub unsafe extern "C-unwind" fn tuple_update(
         new_rowid
     } else {
         stored_value(tuple, rowid, full_xid, cid, &mut value);
-        if let Some(root) = member_of {
-            mark_heap_only(&mut value, root);
+        if member.is_heap_only() {
+            mark_heap_only(&mut value, member.moved_to);
         }
         push(&mut batch, &keys::row_key(rowid, chain.next_version()), &value);
         if change == IndexedChange::Summarized {
@@ -906,9 +942,6 @@ pub unsafe extern "C-unwind" fn tuple_update(
         rowid
     };
     prune(&mut batch, rel, rowid, &chain);
-    if let (Some(root), true) = (member_of, moves) {
-        note_at_root(&mut batch, rel, cf, root, cid, full_xid, hot.then_some(new_rowid), "updating");
-    }
     if !moves {
         write_row_change(rel, cf, rowid, &[], &batch, "updating");
     } else if unindexed || hot {

@@ -120,6 +120,10 @@ pub struct RowStream {
     /// root whose visible version redirects is returned as such
     /// ([`Row::redirect`]) instead of passed over as deleted.
     pub follow_redirects: bool,
+    /// Following a chain from member to member (`fetch::member_row`): a
+    /// member whose visible version moved it on within the chain is
+    /// returned as a redirect to the next member, as a root's is.
+    pub follow_hot_moves: bool,
     /// Bitmap scans: heap-only rows are passed over (their roots, which the
     /// bitmap holds, lead to them).
     pub skip_heap_only: bool,
@@ -346,6 +350,7 @@ impl RowStream {
             pooled: lent.is_some(),
             prune_dead: false,
             follow_redirects: false,
+            follow_hot_moves: false,
             skip_heap_only: false,
             broken_chain: false,
         }
@@ -702,9 +707,9 @@ impl RowStream {
                 }
             }
             self.skip_rest_of(e.rowid);
-            if header.is_redirect() {
+            if header.is_redirect() || self.follow_hot_moves && header.is_hot() {
                 // A root whose chain lives on: never dead by itself.
-                if self.follow_redirects {
+                if self.follow_redirects || self.follow_hot_moves {
                     return Some(Row {
                         creator: header.xid,
                         rowid: e.rowid,
