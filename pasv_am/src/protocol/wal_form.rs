@@ -16,8 +16,9 @@
 //! count ‖ entries. An entry is varint zigzag(rowid − previous rowid) ‖
 //! varint version ‖ kind ‖ body; kinds: [`DELETE`] (empty value, no body),
 //! [`ROW`] (a well-formed row header: flags u8 ‖ varint cid ‖ varint
-//! zigzag(xid − previous xid) ‖ varint moved_to when MOVED ‖ varint tuple
-//! length ‖ tuple), [`ROW_DERIVED`] (as [`ROW`], but the tuple's first
+//! zigzag(xid − previous xid) ‖ varint moved_to when MOVED, or when
+//! HEAP_ONLY varint zigzag(root − rowid) ‖ varint root version (the
+//! link's two parts: `row::heap_only_link`) ‖ varint tuple length ‖ tuple), [`ROW_DERIVED`] (as [`ROW`], but the tuple's first
 //! [`DERIVED_LEN`] bytes are left out: its heap header's xmin, xmax, cid
 //! and ctid, which the backend sets from the row header and the key:
 //! `tam/modify.rs::stored_value`), [`RAW`] (varint value length ‖ value).
@@ -36,7 +37,7 @@ use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
 use crate::keys::{decode_row_key, row_key, rowid_to_tid};
-use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_MOVED};
+use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_MOVED, ROOT_BITS};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -118,7 +119,13 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                 put_varint(out, u64::from(h.cid));
                 put_varint(out, zigzag(h.xid.wrapping_sub(prev_xid) as i64));
                 prev_xid = h.xid;
-                if h.flags & (FLAG_MOVED | FLAG_HEAP_ONLY) != 0 {
+                if h.flags & FLAG_HEAP_ONLY != 0 {
+                    // The root, near the row, as a difference; its version
+                    // (the link's high bits) apart: two short varints.
+                    let root = h.moved_to & ((1 << ROOT_BITS) - 1);
+                    put_varint(out, zigzag(root.wrapping_sub(rowid) as i64));
+                    put_varint(out, h.moved_to >> ROOT_BITS);
+                } else if h.flags & FLAG_MOVED != 0 {
                     put_varint(out, h.moved_to);
                 }
                 put_varint(out, tuple.len() as u64);
@@ -201,7 +208,14 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                 let flags = r.byte()?;
                 let cid = r.u32()?;
                 xid = xid.wrapping_add(unzigzag(r.varint()?) as u64);
-                let moved_to = if flags & (FLAG_MOVED | FLAG_HEAP_ONLY) != 0 { r.varint()? } else { 0 };
+                let moved_to = if flags & FLAG_HEAP_ONLY != 0 {
+                    let root = rowid.wrapping_add(unzigzag(r.varint()?) as u64) & ((1 << ROOT_BITS) - 1);
+                    root | r.varint()? << ROOT_BITS
+                } else if flags & FLAG_MOVED != 0 {
+                    r.varint()?
+                } else {
+                    0
+                };
                 let tuple_len = r.varint()?;
                 let header = RowHeader { flags, cid, xid, moved_to };
                 value.extend_from_slice(&header.encode());
@@ -272,7 +286,7 @@ mod tests {
                 let tuple: Vec<u8> = (0..next(200)).map(|_| next(256) as u8).collect();
                 let v = match next(7) {
                     0 => Vec::new(),
-                    6 => value(RowHeader { flags: FLAG_HEAP_ONLY, cid: 2, xid, moved_to: next(1 << 40) }, &tuple),
+                    6 => value(RowHeader { flags: FLAG_HEAP_ONLY, cid: 2, xid, moved_to: crate::row::heap_only_link(next(1 << 40), Some(next(1 << 23) as u32)) }, &tuple),
                     1 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid: 3, xid, moved_to: 1 + next(1 << 56) }, &[]),
                     2 => value(RowHeader { flags: FLAG_FROZEN, cid: u32::MAX, xid: xid + 1, moved_to: 0 }, &tuple),
                     // Not a row header: kept as it stands.
