@@ -24,6 +24,8 @@ bench_start() {
     # Heap keeps scale 10's tables in its 1 GB of buffers; pasv's row cache
     # gets half of that for the rows backends read without the engine.
     echo "pasv.row_cache_size = '512MB'"
+    # PASV_BENCH_SETTINGS: more pasv.conf lines, to compare a setting.
+    [ -z "${PASV_BENCH_SETTINGS:-}" ] || printf '%s\n' "$PASV_BENCH_SETTINGS"
   } >>"$BENCH_DATA/pasv.conf"
   start_cluster "$BENCH_DATA" "$BENCH_LOG"
   wait_ready "$PASV_BENCH_PORT"

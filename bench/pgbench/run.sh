@@ -19,6 +19,8 @@
 # transaction (pasv.channel_stats) and the machine's CPU seconds per
 # transaction (all processes, pgbench included: the same client for both).
 # --quick: shorter runs and smaller bulk loads (under 10 minutes in all).
+# PASV_BENCH_SETTINGS='name = value' adds lines to the cluster's pasv.conf
+# (to compare a setting, e.g. pasv.hot_updates = off).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/../common.sh"
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --sections) sections=${2//,/ }; shift ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift

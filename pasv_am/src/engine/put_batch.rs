@@ -95,8 +95,8 @@ const STORE_PREFETCH_NEAR: usize = 3;
 /// (VACUUM's freeze puts a frozen copy of a version 0 that newer versions
 /// may sit above: cached as the whole row, it hid them from index fetches
 /// and row locks.) New rows of
-/// a batch of more than [`BULK_ENTRIES`] entries (INSERT … SELECT, COPY)
-/// go only into free ways (`RowCache::write_new_if_room`): caching a bulk
+/// a batch of more than [`BULK_ENTRIES`] entries (INSERT … SELECT, COPY;
+/// not the heap-only versions of an UPDATE's rows) go only into free ways (`RowCache::write_new_if_room`): caching a bulk
 /// load's every row with evictions cost half of the engine's time for it
 /// (each row a miss on a random set, and heads read to evict) and pushed
 /// the rows OLTP reads out of the cache; caching none left a freshly
@@ -123,7 +123,9 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
         let (run, tail) = rest.split_at_mut(n);
         let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some_and(is_unfrozen);
-        if fresh && bulk {
+        // A heap-only row is an UPDATE's new version of a row just read
+        // (its root redirects index fetches to it): cached as any change.
+        if fresh && bulk && !run[0].2.value.is_some_and(is_heap_only) {
             if let Some(far) = far {
                 cache.prefetch_store(cf, far, false);
             }
@@ -146,6 +148,11 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
 /// Whether a stored value's header is not marked frozen (VACUUM's copy).
 fn is_unfrozen(value: &[u8]) -> bool {
     crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| !header.is_frozen())
+}
+
+/// Whether a stored value is a heap-only row version (`crate::row`).
+fn is_heap_only(value: &[u8]) -> bool {
+    crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| header.is_heap_only())
 }
 
 #[cfg(test)]
