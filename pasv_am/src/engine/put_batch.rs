@@ -161,6 +161,15 @@ mod tests {
     use super::*;
     use crate::keys::{row_key, row_range};
     use crate::protocol::{BatchBuilder, ErrorCode};
+    /// Rows 0..BULK_ENTRIES as new rows of one small batch (LSN 1).
+    fn cache_small_batch(cache: &crate::row_cache::RowCache) {
+        let mut small = BatchBuilder::new();
+        for rowid in 0..BULK_ENTRIES as u64 {
+            small.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
+        }
+        update_cache(cache, T, 1, small.as_batch());
+    }
+
     /// New rows are cached by a small batch; a bulk batch's new rows only
     /// fill free ways and evict nothing, and its changes to rows already
     /// cached still reach the cache.
@@ -168,11 +177,7 @@ mod tests {
     fn new_rows_of_a_bulk_batch_only_fill_free_ways() {
         let (mem, cache) = heap_row_cache(1);
         let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
-        let mut small = BatchBuilder::new();
-        for rowid in 0..BULK_ENTRIES as u64 {
-            small.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
-        }
-        update_cache(&cache, T, 1, small.as_batch());
+        cache_small_batch(&cache);
         assert!((0..BULK_ENTRIES as u64).all(cached), "a small batch's new rows are cached");
         let mut bulk = BatchBuilder::new();
         bulk.push(&row_key(0, 1), &value(0, 9)).unwrap(); // a new version of cached row 0
@@ -216,11 +221,7 @@ mod tests {
         let (mem, cache) = heap_row_cache(1);
         let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
         // The one set full of rows read before.
-        let mut small = BatchBuilder::new();
-        for rowid in 0..BULK_ENTRIES as u64 {
-            small.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
-        }
-        update_cache(&cache, T, 1, small.as_batch());
+        cache_small_batch(&cache);
         let members = 200..200 + 2 * BULK_ENTRIES as u64;
         let mut bulk = BatchBuilder::new();
         for rowid in members.clone() {
