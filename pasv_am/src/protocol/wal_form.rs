@@ -18,7 +18,8 @@
 //! [`ROW`] (a well-formed row header: flags u8 ‖ varint cid ‖ varint
 //! zigzag(xid − previous xid) ‖ varint moved_to when MOVED, or when
 //! HEAP_ONLY varint zigzag(root − rowid) ‖ varint root version (the
-//! link's two parts: `row::heap_only_link`) ‖ varint tuple length ‖ tuple), [`ROW_DERIVED`] (as [`ROW`], but the tuple's first
+//! link's two parts: `row::heap_only_link`), or when HOT (a move within a
+//! chain) varint zigzag(moved_to − rowid) ‖ varint tuple length ‖ tuple), [`ROW_DERIVED`] (as [`ROW`], but the tuple's first
 //! [`DERIVED_LEN`] bytes are left out: its heap header's xmin, xmax, cid
 //! and ctid, which the backend sets from the row header and the key:
 //! `tam/modify.rs::stored_value`), [`RAW`] (varint value length ‖ value).
@@ -37,7 +38,7 @@ use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
 use crate::keys::{decode_row_key, row_key, rowid_to_tid};
-use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_MOVED, ROOT_BITS};
+use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, ROOT_BITS};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -125,6 +126,9 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                     let root = h.moved_to & ((1 << ROOT_BITS) - 1);
                     put_varint(out, zigzag(root.wrapping_sub(rowid) as i64));
                     put_varint(out, h.moved_to >> ROOT_BITS);
+                } else if h.flags & FLAG_HOT != 0 {
+                    // A move within a chain goes near: a difference.
+                    put_varint(out, zigzag(h.moved_to.wrapping_sub(rowid) as i64));
                 } else if h.flags & FLAG_MOVED != 0 {
                     put_varint(out, h.moved_to);
                 }
@@ -211,6 +215,8 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                 let moved_to = if flags & FLAG_HEAP_ONLY != 0 {
                     let root = rowid.wrapping_add(unzigzag(r.varint()?) as u64) & ((1 << ROOT_BITS) - 1);
                     root | r.varint()? << ROOT_BITS
+                } else if flags & FLAG_HOT != 0 {
+                    rowid.wrapping_add(unzigzag(r.varint()?) as u64)
                 } else if flags & FLAG_MOVED != 0 {
                     r.varint()?
                 } else {
@@ -284,8 +290,9 @@ mod tests {
                 let version = next(5) as u32 * if round % 7 == 0 { u32::MAX / 5 } else { 1 };
                 let key = row_key(rowid, version).to_vec();
                 let tuple: Vec<u8> = (0..next(200)).map(|_| next(256) as u8).collect();
-                let v = match next(7) {
+                let v = match next(8) {
                     0 => Vec::new(),
+                    7 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | if next(2) == 0 { crate::row::FLAG_ROOT } else { 0 }, cid: 4, xid, moved_to: next(1 << 40) }, &[]),
                     6 => value(RowHeader { flags: FLAG_HEAP_ONLY, cid: 2, xid, moved_to: crate::row::heap_only_link(next(1 << 40), Some(next(1 << 23) as u32)) }, &tuple),
                     1 => value(RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid: 3, xid, moved_to: 1 + next(1 << 56) }, &[]),
                     2 => value(RowHeader { flags: FLAG_FROZEN, cid: u32::MAX, xid: xid + 1, moved_to: 0 }, &tuple),
