@@ -31,10 +31,11 @@
 //! before its first such update; the new version is HEAP_ONLY (its link is
 //! the root) and the root gets a ROOT|MOVED tombstone pointing at the
 //! newest member, which index fetches follow (a member that moves on gets
-//! a MOVED|HOT tombstone, as a root's first move does). A ROOT tombstone with MOVED
-//! is never dead by itself: the root lives as long as its chain. When the
-//! chain ends (its last member deleted, or moved with new index entries)
-//! the root gets a plain ROOT tombstone, and is dead like any deleted row.
+//! a MOVED|HOT tombstone, as a root's first move does). A ROOT tombstone
+//! with MOVED is never dead by itself: the root lives as long as its chain.
+//! When the chain ends (its last member deleted, or moved with new index
+//! entries) the root gets a plain ROOT tombstone, and is dead like any
+//! deleted row.
 
 use thiserror::Error;
 
@@ -44,7 +45,7 @@ pub const HEADER_LEN: usize = 24;
 pub const FORMAT_V1: u8 = 1;
 /// The version deletes the row.
 pub const FLAG_TOMBSTONE: u8 = 1 << 0;
-/// The row moved to `moved_to` (an UPDATE of an indexed column); implies TOMBSTONE.
+/// The row moved to `moved_to` (an UPDATE that gave it a new rowid); implies TOMBSTONE.
 pub const FLAG_MOVED: u8 = 1 << 1;
 /// The creator is known committed and visible to everyone (VACUUM froze it).
 pub const FLAG_FROZEN: u8 = 1 << 2;
@@ -52,22 +53,6 @@ pub const FLAG_FROZEN: u8 = 1 << 2;
 /// root's rowid and version: [`heap_only_link`]): its index entries are
 /// the root's.
 pub const FLAG_HEAP_ONLY: u8 = 1 << 3;
-
-/// Bits of a heap-only version's link that hold its root's rowid (every
-/// rowid is below `2^41`: `keys::MAX_ROWID`).
-pub const ROOT_BITS: u32 = 41;
-/// The root version field of a link that does not know it.
-pub const ROOT_VERSION_UNKNOWN: u32 = (1 << (64 - ROOT_BITS)) - 1;
-
-/// The link of a heap-only version: its root, and the version of the
-/// root that redirects to it (a writer that moves the row on writes the
-/// root's next redirect above it without reading the root: HOT_PATH §37).
-pub fn heap_only_link(root: u64, root_version: Option<u32>) -> u64 {
-    let v = root_version.map_or(ROOT_VERSION_UNKNOWN, |v| v.min(ROOT_VERSION_UNKNOWN));
-    root & ((1 << ROOT_BITS) - 1) | u64::from(v) << ROOT_BITS
-}
-
-const _: () = assert!(crate::keys::MAX_ROWID < 1 << ROOT_BITS);
 /// A tombstone on a root of heap-only rows: with MOVED, it points at the
 /// newest member and keeps the root alive; without, it ends the chain.
 pub const FLAG_ROOT: u8 = 1 << 4;
@@ -80,6 +65,24 @@ pub const FLAG_BOOKKEEPING: u8 = 1 << 5;
 pub const FLAG_HOT: u8 = 1 << 6;
 
 const KNOWN_FLAGS: u8 = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_FROZEN | FLAG_HEAP_ONLY | FLAG_ROOT | FLAG_BOOKKEEPING | FLAG_HOT;
+
+/// Bits of a heap-only version's link that hold its root's rowid (every
+/// rowid is below `2^41`: `keys::MAX_ROWID`).
+pub const ROOT_BITS: u32 = 41;
+/// The root's rowid in a heap-only version's link.
+pub const ROOT_MASK: u64 = (1 << ROOT_BITS) - 1;
+/// The root version field of a link that does not know it.
+pub const ROOT_VERSION_UNKNOWN: u32 = (1 << (64 - ROOT_BITS)) - 1;
+
+/// The link of a heap-only version: its root, and the version of the
+/// root that redirects to it (a writer that moves the row on writes the
+/// root's next redirect above it without reading the root: HOT_PATH §37).
+pub fn heap_only_link(root: u64, root_version: Option<u32>) -> u64 {
+    let v = root_version.map_or(ROOT_VERSION_UNKNOWN, |v| v.min(ROOT_VERSION_UNKNOWN));
+    root & ROOT_MASK | u64::from(v) << ROOT_BITS
+}
+
+const _: () = assert!(crate::keys::MAX_ROWID < 1 << ROOT_BITS);
 
 const _: () = assert!(HEADER_LEN.is_multiple_of(8));
 
@@ -132,7 +135,7 @@ impl RowHeader {
 
     /// The root of a heap-only version, else None.
     pub fn root(&self) -> Option<u64> {
-        self.is_heap_only().then_some(self.moved_to & ((1 << ROOT_BITS) - 1))
+        self.is_heap_only().then_some(self.moved_to & ROOT_MASK)
     }
 
     /// A heap-only version: the version of its root that redirects to it,
@@ -207,13 +210,14 @@ impl RowHeader {
             xid: u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]),
             moved_to: u64::from_le_bytes([h[16], h[17], h[18], h[19], h[20], h[21], h[22], h[23]]),
         };
-        let consistent = if header.is_moved() {
+        let link_consistent = if header.is_moved() {
             header.is_tombstone() && !header.is_heap_only()
         } else if header.is_heap_only() {
             !header.is_tombstone()
         } else {
             header.moved_to == 0
-        } && (!header.is_tombstone() || !header.is_heap_only())
+        };
+        let consistent = link_consistent
             && (header.flags & (FLAG_ROOT | FLAG_BOOKKEEPING) == 0 || header.is_tombstone())
             && (!header.is_hot() || header.is_moved())
             && (!header.is_redirect() || header.is_hot());

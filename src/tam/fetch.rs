@@ -204,10 +204,7 @@ unsafe fn fetch_member(
     let Some(row) = member_row(f.base.rel, member, Reader::Snapshot(snapshot)) else { return false };
     super::tid_from_rowid(row.rowid, &mut *tid);
     note_buffered_writer(super::cf_of(f.base.rel), row.rowid, snapshot);
-    describe_row(f.base.rel, &row, &mut f.tuple);
-    super::ssi::lock_row(f.base.rel, &mut f.tuple.t_self, snapshot, row.creator);
-    super::store_copy_in_slot(&mut f.tuple, slot);
-    true
+    hand_out(f, &row, snapshot, slot)
 }
 
 /// The version of heap-only row `member` of `rel` that `reader` sees, if

@@ -708,7 +708,8 @@ impl RowStream {
             }
             self.skip_rest_of(e.rowid);
             if header.is_redirect() || self.follow_hot_moves && header.is_hot() {
-                // A root whose chain lives on: never dead by itself.
+                // A root whose chain lives on (never dead by itself), or a
+                // member that moved on within its chain, for a follower.
                 if self.follow_redirects || self.follow_hot_moves {
                     return Some(Row {
                         creator: header.xid,

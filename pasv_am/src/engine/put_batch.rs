@@ -94,10 +94,10 @@ const STORE_PREFETCH_NEAR: usize = 3;
 /// nothing else, unfrozen: a new row, whose rowid no earlier write used.
 /// (VACUUM's freeze puts a frozen copy of a version 0 that newer versions
 /// may sit above: cached as the whole row, it hid them from index fetches
-/// and row locks.) New rows of
-/// a batch of more than [`BULK_ENTRIES`] entries (INSERT … SELECT, COPY;
-/// not the heap-only versions of an UPDATE's rows) go only into free ways (`RowCache::write_new_if_room`): caching a bulk
-/// load's every row with evictions cost half of the engine's time for it
+/// and row locks.) New rows of a batch of more than [`BULK_ENTRIES`]
+/// entries (INSERT … SELECT, COPY; not the heap-only versions of an
+/// UPDATE's rows) go only into free ways (`RowCache::write_new_if_room`):
+/// caching a bulk load's every row with evictions cost half of the engine's time for it
 /// (each row a miss on a random set, and heads read to evict) and pushed
 /// the rows OLTP reads out of the cache; caching none left a freshly
 /// loaded table cold (pgbench's select-only after `pgbench -i`: 0.93

@@ -19,8 +19,9 @@
 //! zigzag(xid − previous xid) ‖ varint moved_to when MOVED, or when
 //! HEAP_ONLY varint zigzag(root − rowid) ‖ varint root version (the
 //! link's two parts: `row::heap_only_link`), or when HOT (a move within a
-//! chain) varint zigzag(moved_to − rowid) ‖ varint tuple length ‖ tuple), [`ROW_DERIVED`] (as [`ROW`], but the tuple's first
-//! [`DERIVED_LEN`] bytes are left out: its heap header's xmin, xmax, cid
+//! chain) varint zigzag(moved_to − rowid) ‖ varint tuple length ‖ tuple),
+//! [`ROW_DERIVED`] (as [`ROW`], but the tuple's first [`DERIVED_LEN`]
+//! bytes are left out: its heap header's xmin, xmax, cid
 //! and ctid, which the backend sets from the row header and the key:
 //! `tam/modify.rs::stored_value`), [`RAW`] (varint value length ‖ value).
 //! The logical notes follow the entries unchanged, as they follow the
@@ -38,7 +39,7 @@ use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
 use crate::keys::{decode_row_key, row_key, rowid_to_tid};
-use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, ROOT_BITS};
+use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, ROOT_BITS, ROOT_MASK};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -123,7 +124,7 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                 if h.flags & FLAG_HEAP_ONLY != 0 {
                     // The root, near the row, as a difference; its version
                     // (the link's high bits) apart: two short varints.
-                    let root = h.moved_to & ((1 << ROOT_BITS) - 1);
+                    let root = h.moved_to & ROOT_MASK;
                     put_varint(out, zigzag(root.wrapping_sub(rowid) as i64));
                     put_varint(out, h.moved_to >> ROOT_BITS);
                 } else if h.flags & FLAG_HOT != 0 {
@@ -213,7 +214,7 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                 let cid = r.u32()?;
                 xid = xid.wrapping_add(unzigzag(r.varint()?) as u64);
                 let moved_to = if flags & FLAG_HEAP_ONLY != 0 {
-                    let root = rowid.wrapping_add(unzigzag(r.varint()?) as u64) & ((1 << ROOT_BITS) - 1);
+                    let root = rowid.wrapping_add(unzigzag(r.varint()?) as u64) & ROOT_MASK;
                     root | r.varint()? << ROOT_BITS
                 } else if flags & FLAG_HOT != 0 {
                     rowid.wrapping_add(unzigzag(r.varint()?) as u64)
