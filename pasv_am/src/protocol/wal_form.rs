@@ -24,6 +24,13 @@
 //! bytes are left out: its heap header's xmin, xmax, cid
 //! and ctid, which the backend sets from the row header and the key:
 //! `tam/modify.rs::stored_value`), [`RAW`] (varint value length ‖ value).
+//! A heap-only row's kind may carry bits for the entries a HOT move writes
+//! around it, which follow from the row (its link, creator and command):
+//! [`REDIRECT_BEFORE`] (the root's redirect to it precedes it),
+//! [`TOMBSTONE_AT_ROOT`] (the root's tombstone that moved it follows) or
+//! [`TOMBSTONE_ON_MEMBER`] (a member's tombstone that moved it follows;
+//! varint zigzag(member − rowid) ‖ varint version after the tuple). A HOT
+//! move of a TPC-B row then logs its new row and a few bytes.
 //! The logical notes follow the entries unchanged, as they follow the
 //! request.
 //!
@@ -38,8 +45,8 @@
 use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
-use crate::keys::{decode_row_key, row_key, rowid_to_tid};
-use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, ROOT_BITS, ROOT_MASK};
+use crate::keys::{decode_row_key, row_key, rowid_to_tid, ROW_KEY_LEN};
+use crate::row::{RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN, ROOT_BITS, ROOT_MASK};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -51,6 +58,17 @@ const ROW: u8 = 1;
 const RAW: u8 = 2;
 /// Entry kind: as [`ROW`], the tuple's first [`DERIVED_LEN`] bytes derived.
 const ROW_DERIVED: u8 = 3;
+/// Kind bit of a heap-only row: the entry before it, the redirect of its
+/// root to it, is left out ([`hot_redirect`]).
+const REDIRECT_BEFORE: u8 = 0x10;
+/// Kind bit of a heap-only row: the entry after it, the tombstone that
+/// moved its root to it, is left out ([`hot_tombstone`] at the link).
+const TOMBSTONE_AT_ROOT: u8 = 0x20;
+/// Kind bit of a heap-only row: the entry after it, the tombstone that
+/// moved another member to it, is reduced to that member's key.
+const TOMBSTONE_ON_MEMBER: u8 = 0x40;
+/// The kind bits that stand for entries around a heap-only row.
+const HOT_BITS: u8 = REDIRECT_BEFORE | TOMBSTONE_AT_ROOT | TOMBSTONE_ON_MEMBER;
 /// The bytes of a stored tuple's heap header that repeat the row header
 /// and the key: t_xmin, t_xmax, t_cid (t_field3) and t_ctid, in the
 /// machine's byte order (htup_details.h).
@@ -68,6 +86,27 @@ fn derived_prefix(rowid: u64, h: &RowHeader) -> [u8; DERIVED_LEN] {
     p[14..16].copy_from_slice(&(block as u16).to_ne_bytes());
     p[16..18].copy_from_slice(&offset.to_ne_bytes());
     p
+}
+
+/// The key of a heap-only row's root, and the root version its link names.
+fn link_key(link: u64) -> [u8; ROW_KEY_LEN] {
+    row_key(link & ROOT_MASK, (link >> ROOT_BITS) as u32)
+}
+
+/// The redirect a HOT move from a member writes on the chain's root, as
+/// `rowops::note_at_root` writes it for heap-only row `rowid` (`h`): at
+/// the root version of the row's link.
+fn hot_redirect(rowid: u64, h: &RowHeader) -> ([u8; ROW_KEY_LEN], [u8; HEADER_LEN]) {
+    let flags = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING;
+    (link_key(h.moved_to), RowHeader { flags, cid: h.cid, xid: h.xid, moved_to: rowid }.encode())
+}
+
+/// The tombstone a HOT move to heap-only row `rowid` (`h`) leaves on the
+/// version it moved from (`rowops::tuple_update`): on the root (then with
+/// ROOT) or on another member.
+fn hot_tombstone(rowid: u64, h: &RowHeader, on_root: bool) -> [u8; HEADER_LEN] {
+    let flags = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | if on_root { FLAG_ROOT } else { 0 };
+    RowHeader { flags, cid: h.cid, xid: h.xid, moved_to: rowid }.encode()
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -98,24 +137,54 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
     put_varint(out, u64::from(cf.db));
     put_varint(out, u64::from(cf.rel));
     put_varint(out, batch.len() as u64);
+    let entries: Vec<(&[u8], &[u8])> = batch.iter().collect();
     let (mut prev_rowid, mut prev_xid) = (0u64, 0u64);
-    for (key, value) in batch.iter() {
+    let mut i = 0;
+    while i < entries.len() {
+        let (key, value) = entries[i];
         let Some((rowid, version)) = decode_row_key(key) else {
             out.clear();
             return false;
         };
+        // A root's redirect that the heap-only row after it implies is
+        // written as a bit of that row's kind.
+        let mut hot_bits = 0;
+        if let Some((next_rowid, next)) = entries.get(i + 1).and_then(|&(k, v)| heap_only_row(k, v)) {
+            let (k, v) = hot_redirect(next_rowid, &next);
+            if k[..] == *key && v[..] == *value {
+                hot_bits |= REDIRECT_BEFORE;
+                i += 1;
+            }
+        }
+        let (key, value) = entries[i];
+        let (rowid, version) = if hot_bits == 0 { (rowid, version) } else { decode_row_key(key).unwrap_or_default() };
         put_varint(out, zigzag(rowid.wrapping_sub(prev_rowid) as i64));
         put_varint(out, u64::from(version));
         prev_rowid = rowid;
         if value.is_empty() {
             out.push(DELETE);
+            i += 1;
             continue;
         }
         // Only a header that decodes re-encodes to the same bytes.
         match RowHeader::decode(value) {
             Ok((h, tuple)) => {
+                // The tombstone after a heap-only row that moved there.
+                let mut member = None;
+                if h.flags & FLAG_HEAP_ONLY != 0 {
+                    if let Some(&(k, v)) = entries.get(i + 1) {
+                        if k == link_key(h.moved_to) && v == hot_tombstone(rowid, &h, true) {
+                            hot_bits |= TOMBSTONE_AT_ROOT;
+                            i += 1;
+                        } else if let Some(m) = decode_row_key(k).filter(|_| v == hot_tombstone(rowid, &h, false)) {
+                            hot_bits |= TOMBSTONE_ON_MEMBER;
+                            member = Some(m);
+                            i += 1;
+                        }
+                    }
+                }
                 let derived = tuple.get(..DERIVED_LEN) == Some(&derived_prefix(rowid, &h)[..]);
-                out.push(if derived { ROW_DERIVED } else { ROW });
+                out.push(hot_bits | if derived { ROW_DERIVED } else { ROW });
                 let tuple = if derived { &tuple[DERIVED_LEN..] } else { tuple };
                 out.push(h.flags);
                 put_varint(out, u64::from(h.cid));
@@ -135,6 +204,10 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                 }
                 put_varint(out, tuple.len() as u64);
                 out.extend_from_slice(tuple);
+                if let Some((m, mv)) = member {
+                    put_varint(out, zigzag(m.wrapping_sub(rowid) as i64));
+                    put_varint(out, u64::from(mv));
+                }
             }
             Err(_) => {
                 out.push(RAW);
@@ -142,11 +215,19 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
                 out.extend_from_slice(value);
             }
         }
+        i += 1;
     }
     // Bytes past the request (notes logged with it, as owed messages keep
     // them) follow the entries as they follow the request.
     out.extend_from_slice(request.get(put_batch_len(batch)..).unwrap_or_default());
     true
+}
+
+/// The rowid and header of a heap-only row's entry.
+fn heap_only_row(key: &[u8], value: &[u8]) -> Option<(u64, RowHeader)> {
+    let (rowid, _) = decode_row_key(key)?;
+    let (h, _) = RowHeader::decode(value).ok()?;
+    (h.flags & FLAG_HEAP_ONLY != 0).then_some((rowid, h))
 }
 
 /// Reads a compact message back.
@@ -203,14 +284,21 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
     let mut batch = BatchBuilder::new();
     let (mut rowid, mut xid) = (0u64, 0u64);
     let mut value = Vec::new();
-    for _ in 0..count {
+    // Entries pushed: a heap-only row's kind bits stand for up to two more.
+    let mut pushed = 0u64;
+    while pushed < count {
         rowid = rowid.wrapping_add(unzigzag(r.varint()?) as u64);
         let version = r.u32()?;
         value.clear();
-        match r.byte()? {
-            DELETE => {}
+        let kind = r.byte()?;
+        let hot_bits = kind & HOT_BITS;
+        match kind & !HOT_BITS {
+            DELETE if hot_bits == 0 => {}
             kind @ (ROW | ROW_DERIVED) => {
                 let flags = r.byte()?;
+                if hot_bits != 0 && (flags & FLAG_HEAP_ONLY == 0 || hot_bits & TOMBSTONE_AT_ROOT != 0 && hot_bits & TOMBSTONE_ON_MEMBER != 0) {
+                    return Err(ProtocolError::BadCompactMessage("entries around a row that is not heap-only"));
+                }
                 let cid = r.u32()?;
                 xid = xid.wrapping_add(unzigzag(r.varint()?) as u64);
                 let moved_to = if flags & FLAG_HEAP_ONLY != 0 {
@@ -230,8 +318,24 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
                     value.extend_from_slice(&derived_prefix(rowid, &header));
                 }
                 value.extend_from_slice(r.take(tuple_len)?);
+                if hot_bits & REDIRECT_BEFORE != 0 {
+                    let (k, v) = hot_redirect(rowid, &header);
+                    batch.push(&k, &v)?;
+                    pushed += 1;
+                }
+                batch.push(&row_key(rowid, version), &value)?;
+                pushed += 1;
+                if hot_bits & TOMBSTONE_AT_ROOT != 0 {
+                    batch.push(&link_key(moved_to), &hot_tombstone(rowid, &header, true))?;
+                    pushed += 1;
+                } else if hot_bits & TOMBSTONE_ON_MEMBER != 0 {
+                    let member = rowid.wrapping_add(unzigzag(r.varint()?) as u64);
+                    batch.push(&row_key(member, r.u32()?), &hot_tombstone(rowid, &header, false))?;
+                    pushed += 1;
+                }
+                continue;
             }
-            RAW => {
+            RAW if hot_bits == 0 => {
                 let len = r.varint()?;
                 value.extend_from_slice(r.take(len)?);
                 if value.is_empty() {
@@ -241,6 +345,10 @@ pub fn expand(message: &[u8]) -> Result<Cow<'_, [u8]>, ProtocolError> {
             _ => return Err(ProtocolError::BadCompactMessage("unknown entry kind")),
         }
         batch.push(&row_key(rowid, version), &value)?;
+        pushed += 1;
+    }
+    if pushed != count {
+        return Err(ProtocolError::BadCompactMessage("more entries than counted"));
     }
     let notes = &message[r.at..];
     let len = put_batch_len(batch.as_batch());
@@ -346,6 +454,89 @@ mod tests {
         assert_eq!(req.len(), 24 + 48 + 24 + 120);
         // The tuple less its 18 derived bytes, and under 30 bytes of the rest.
         assert!(out.len() < 120 - DERIVED_LEN + 30, "{} bytes", out.len());
+    }
+
+    /// The entries of a HOT move to new rowid `n` (as `rowops::tuple_update`
+    /// writes them): from the root `r` itself, or from member `m` at
+    /// version `mv` (the root's redirect first).
+    fn hot_move(n: u64, r: u64, rv: u32, from: Option<(u64, u32)>, h: RowHeader, tuple_len: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let h = RowHeader { flags: FLAG_HEAP_ONLY, moved_to: crate::row::heap_only_link(r, Some(rv)), ..h };
+        let mut tuple = derived_prefix(n, &h).to_vec();
+        tuple.resize(tuple_len, 5);
+        let row = (row_key(n, 0).to_vec(), value(h, &tuple));
+        let gone = |flags| RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | flags, moved_to: n, ..h };
+        match from {
+            None => vec![row, (row_key(r, rv).to_vec(), value(gone(crate::row::FLAG_ROOT), &[]))],
+            Some((m, mv)) => vec![
+                (row_key(r, rv).to_vec(), value(gone(crate::row::FLAG_ROOT | crate::row::FLAG_BOOKKEEPING), &[])),
+                row,
+                (row_key(m, mv).to_vec(), value(gone(0), &[])),
+            ],
+        }
+    }
+
+    fn compacted_len(cf: CfRef, entries: &[(Vec<u8>, Vec<u8>)]) -> usize {
+        let req = request(cf, entries);
+        let mut out = Vec::new();
+        assert!(compact(&req, &mut out));
+        assert_eq!(&*expand(&out).unwrap(), &req[..]);
+        out.len()
+    }
+
+    #[test]
+    fn a_hot_move_logs_its_new_row_and_at_most_a_member_key() {
+        let cf = CfRef { db: 16_384, rel: 16_400 };
+        let h = RowHeader { flags: 0, cid: 1, xid: 1 << 32 | 123_456, moved_to: 0 };
+        let alone = |n| compacted_len(cf, &hot_move(n, 812_345, 3, None, h, 120)[..1]);
+        // From the root: its tombstone follows from the row.
+        assert_eq!(compacted_len(cf, &hot_move(1_000_077, 812_345, 3, None, h, 120)), alone(1_000_077));
+        // From a member: the root's redirect follows from the row, the
+        // member's tombstone costs its key (near the row: a few bytes).
+        let from_member = compacted_len(cf, &hot_move(1_000_077, 812_345, 9, Some((1_000_011, 4)), h, 120));
+        assert!(from_member <= compacted_len(cf, &hot_move(1_000_077, 812_345, 9, Some((1_000_011, 4)), h, 120)[1..2]) + 3, "{from_member}");
+    }
+
+    #[test]
+    fn hot_moves_and_entries_that_only_look_like_them_expand_to_the_same_bytes() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        for round in 0..2000 {
+            let cf = CfRef { db: 5, rel: next(1 << 20) as u32 };
+            let mut entries = Vec::new();
+            for _ in 0..1 + next(6) {
+                let h = RowHeader { flags: 0, cid: next(4) as u32, xid: 1000 + next(3), moved_to: 0 };
+                let (n, r) = (next(1 << 41), next(1 << 41));
+                let rv = next(1 << 23) as u32;
+                let from = (next(2) == 0).then(|| (next(1 << 45), next(1 << 32) as u32));
+                let mut move_entries = hot_move(n, r, rv, from, h, next(60) as usize);
+                // Now and then an entry that differs in one field, or one left out.
+                match next(6) {
+                    0 => {
+                        let at = next(move_entries.len() as u64) as usize;
+                        let byte = next(move_entries[at].1.len().min(HEADER_LEN) as u64) as usize;
+                        move_entries[at].1[byte] ^= 1 << next(8);
+                    }
+                    1 => {
+                        move_entries.remove(next(move_entries.len() as u64) as usize);
+                    }
+                    2 => {
+                        let at = next(move_entries.len() as u64) as usize;
+                        move_entries[at].0 = row_key(next(1 << 40), next(9) as u32).to_vec();
+                    }
+                    _ => {}
+                }
+                entries.extend(move_entries);
+                if next(3) == 0 {
+                    entries.push((row_key(next(1 << 40), next(3) as u32).to_vec(), Vec::new()));
+                }
+            }
+            let req = request(cf, &entries);
+            let mut out = Vec::new();
+            assert!(compact(&req, &mut out), "round {round}");
+            assert_eq!(&*expand(&out).unwrap(), &req[..], "round {round}");
+            for cut in 1..out.len() {
+                assert!(expand(&out[..cut]).is_err(), "round {round}: cut at {cut}");
+            }
+        }
     }
 
     #[test]
