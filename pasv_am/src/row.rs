@@ -64,6 +64,11 @@ pub const FLAG_BOOKKEEPING: u8 = 1 << 5;
 /// chain (no new index entries).
 pub const FLAG_HOT: u8 = 1 << 6;
 
+/// The flags of a chain root's redirect to a member that a later move
+/// within the chain reached (written with that move, beside the member's
+/// tombstone).
+pub const REDIRECT_FLAGS: u8 = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING;
+
 const KNOWN_FLAGS: u8 = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_FROZEN | FLAG_HEAP_ONLY | FLAG_ROOT | FLAG_BOOKKEEPING | FLAG_HOT;
 
 /// Bits of a heap-only version's link that hold its root's rowid (every

@@ -20,7 +20,7 @@ use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
 use pasv_am::keys::{self, ROW_KEY_LEN};
 use pasv_am::protocol::{BatchBuilder, CfRef, LockMode};
-use pasv_am::row::{heap_only_link, RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN};
+use pasv_am::row::{heap_only_link, RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN, REDIRECT_FLAGS};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
@@ -692,7 +692,7 @@ unsafe fn root_version_for(batch: &mut BatchBuilder, rel: pg_sys::Relation, cf: 
 /// `hot_to`, or the end of the chain.
 fn note_at_root(batch: &mut BatchBuilder, (root, version): (u64, u32), cid: pg_sys::CommandId, full_xid: u64, hot_to: Option<u64>) {
     let (flags, moved_to) = match hot_to {
-        Some(n) => (FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING, n),
+        Some(n) => (REDIRECT_FLAGS, n),
         None => (FLAG_TOMBSTONE | FLAG_ROOT | FLAG_BOOKKEEPING, 0),
     };
     push(batch, &keys::row_key(root, version), &RowHeader { flags, cid, xid: full_xid, moved_to }.encode());

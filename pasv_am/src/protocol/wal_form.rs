@@ -46,7 +46,7 @@ use std::borrow::Cow;
 
 use super::{decode_request, encode_put_batch, put_batch_len, BatchBuilder, CfRef, ProtocolError, Request};
 use crate::keys::{decode_row_key, row_key, rowid_to_tid, ROW_KEY_LEN};
-use crate::row::{RowHeader, FLAG_BOOKKEEPING, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN, ROOT_BITS, ROOT_MASK};
+use crate::row::{RowHeader, FLAG_HEAP_ONLY, FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE, HEADER_LEN, REDIRECT_FLAGS, ROOT_BITS, ROOT_MASK};
 
 /// First byte of a compact message (request ops are 1..=21).
 pub const COMPACT_TAG: u8 = 0xC1;
@@ -97,8 +97,7 @@ fn link_key(link: u64) -> [u8; ROW_KEY_LEN] {
 /// `rowops::note_at_root` writes it for heap-only row `rowid` (`h`): at
 /// the root version of the row's link.
 fn hot_redirect(rowid: u64, h: &RowHeader) -> ([u8; ROW_KEY_LEN], [u8; HEADER_LEN]) {
-    let flags = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT | FLAG_ROOT | FLAG_BOOKKEEPING;
-    (link_key(h.moved_to), RowHeader { flags, cid: h.cid, xid: h.xid, moved_to: rowid }.encode())
+    (link_key(h.moved_to), RowHeader { flags: REDIRECT_FLAGS, cid: h.cid, xid: h.xid, moved_to: rowid }.encode())
 }
 
 /// The tombstone a HOT move to heap-only row `rowid` (`h`) leaves on the
@@ -141,23 +140,23 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
     let (mut prev_rowid, mut prev_xid) = (0u64, 0u64);
     let mut i = 0;
     while i < entries.len() {
+        // A root's redirect that the heap-only row after it implies is
+        // written as a bit of that row's kind (only a redirect-shaped value
+        // looks at the next entry: other rows' headers are decoded once).
+        let mut hot_bits = 0;
+        if is_redirect(entries[i].1) {
+            if let Some(&(k, v)) = entries.get(i + 1) {
+                if implied_redirect(k, v).is_some_and(|(rk, rv)| rk[..] == *entries[i].0 && rv[..] == *entries[i].1) {
+                    hot_bits |= REDIRECT_BEFORE;
+                    i += 1;
+                }
+            }
+        }
         let (key, value) = entries[i];
         let Some((rowid, version)) = decode_row_key(key) else {
             out.clear();
             return false;
         };
-        // A root's redirect that the heap-only row after it implies is
-        // written as a bit of that row's kind.
-        let mut hot_bits = 0;
-        if let Some((next_rowid, next)) = entries.get(i + 1).and_then(|&(k, v)| heap_only_row(k, v)) {
-            let (k, v) = hot_redirect(next_rowid, &next);
-            if k[..] == *key && v[..] == *value {
-                hot_bits |= REDIRECT_BEFORE;
-                i += 1;
-            }
-        }
-        let (key, value) = entries[i];
-        let (rowid, version) = if hot_bits == 0 { (rowid, version) } else { decode_row_key(key).unwrap_or_default() };
         put_varint(out, zigzag(rowid.wrapping_sub(prev_rowid) as i64));
         put_varint(out, u64::from(version));
         prev_rowid = rowid;
@@ -223,11 +222,17 @@ pub fn compact(request: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// The rowid and header of a heap-only row's entry.
-fn heap_only_row(key: &[u8], value: &[u8]) -> Option<(u64, RowHeader)> {
+/// Whether `value` is a root's redirect as [`hot_redirect`] writes it.
+fn is_redirect(value: &[u8]) -> bool {
+    value.len() == HEADER_LEN && RowHeader::decode(value).is_ok_and(|(h, _)| h.flags == REDIRECT_FLAGS)
+}
+
+/// The redirect entry a heap-only row's entry implies ([`hot_redirect`]);
+/// None for any other entry.
+fn implied_redirect(key: &[u8], value: &[u8]) -> Option<([u8; ROW_KEY_LEN], [u8; HEADER_LEN])> {
     let (rowid, _) = decode_row_key(key)?;
     let (h, _) = RowHeader::decode(value).ok()?;
-    (h.flags & FLAG_HEAP_ONLY != 0).then_some((rowid, h))
+    (h.flags & FLAG_HEAP_ONLY != 0).then(|| hot_redirect(rowid, &h))
 }
 
 /// Reads a compact message back.
