@@ -435,8 +435,7 @@ impl RowCache {
             if seq & 1 == 1 {
                 return None;
             }
-            let raw_meta = head.meta.load(Ordering::Relaxed);
-            let meta = unpack_meta(raw_meta);
+            let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
             if !meta.valid
                 || head.rowid.load(Ordering::Relaxed) != rowid
                 || head.cf.load(Ordering::Relaxed) != cf_word
@@ -680,7 +679,7 @@ impl RowCache {
         let tries = if ages { WAYS + 1 } else { WARM_ROOM };
         let mut at = set.hand.load(Ordering::Relaxed) as usize;
         for _ in 0..tries {
-            let start = if at + ways > WAYS { 0 } else { at };
+            let start = run_from(at, ways);
             let mut referenced = 0u64;
             for way in ways_in(overlapping(set, start, ways)) {
                 if unpack_meta(set.heads[way].meta.load(Ordering::Relaxed)).referenced {
@@ -706,8 +705,7 @@ impl RowCache {
         }
         // Readers set bits again as fast as the hand clears them: plain FIFO.
         ages.then(|| {
-            let hand = set.hand.load(Ordering::Relaxed) as usize;
-            let start = if hand + ways > WAYS { 0 } else { hand };
+            let start = run_from(set.hand.load(Ordering::Relaxed) as usize, ways);
             set.hand.store(((start + ways) % WAYS) as u64, Ordering::Relaxed);
             start
         })
@@ -891,6 +889,12 @@ fn free_run(occupied: u64, ways: usize) -> Option<usize> {
 fn run_mask(start: usize, ways: usize) -> u64 {
     let bits = if ways >= 64 { u64::MAX } else { (1u64 << ways) - 1 };
     bits << start
+}
+
+/// Where a run of `ways` ways from position `at` starts: `at`, or way 0
+/// when the run would pass the set's last way (runs never wrap).
+fn run_from(at: usize, ways: usize) -> usize {
+    if at + ways > WAYS { 0 } else { at }
 }
 
 /// The ways where the answers overlapping `[start, start + ways)` start:

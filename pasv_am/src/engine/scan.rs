@@ -228,6 +228,8 @@ impl Engine {
 mod tests {
     use super::super::test_support::{open, put_rows, rowids_of, scan_all, value, TempDir, T};
     use super::*;
+    use crate::keys::row_range;
+    use crate::protocol::{decode_response, BatchBuilder, ErrorCode, Response};
 
     #[test]
     fn the_first_row_past_an_end_key_agrees_with_comparing_keys() {
@@ -265,8 +267,7 @@ mod tests {
             }
         }
     }
-    use crate::keys::row_range;
-    use crate::protocol::{decode_response, BatchBuilder, ErrorCode, Response};
+
     #[test]
     fn rows_spread_over_sst_files_and_memtables_are_all_found() {
         // Three sorted runs: two SST files and the memtable. A range across
