@@ -71,5 +71,48 @@ SELECT pasv.table_versions('sp_ix'::regclass) AS after_vacuum;
 RESET enable_indexscan;
 RESET enable_bitmapscan;
 
-DROP TABLE sp, sp_ix;
+-- In a table with indexes, an UPDATE that changes no indexed column moves
+-- the row to a new member of its heap-only chain; sequential scans remove
+-- the members that moved on, once no snapshot needs them (no index entry
+-- names a member). The chain's root keeps its redirects for VACUUM.
+CREATE TABLE sp_hot (id int PRIMARY KEY, v int) USING pasv;
+INSERT INTO sp_hot VALUES (1, 0), (2, 0);
+\set ECHO none
+SELECT 'UPDATE sp_hot SET v = v + 1 WHERE id = 1' FROM generate_series(1, 40) \gexec
+\set ECHO all
+SELECT count(DISTINCT rowid) AS rowids_after_updates FROM pasv.versions('sp_hot'::regclass);
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+SELECT id, v FROM sp_hot ORDER BY id;
+-- The two roots and row 1's newest member.
+SELECT count(DISTINCT rowid) AS rowids_after_a_scan FROM pasv.versions('sp_hot'::regclass);
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+SELECT v FROM sp_hot WHERE id = 1;
+SELECT * FROM pasv.verify('sp_hot'::regclass);
+
+-- A snapshot older than the moves keeps the members it may still reach, by
+-- the index (root, then its redirect) or by a scan, while another session
+-- scans; they go after it ends.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT v FROM sp_hot WHERE id = 2;
+\! "$PASV_PG_BIN/psql" -X -q -d "$PASV_TEST_DB" -c "UPDATE sp_hot SET v = v + 1 WHERE id = 2" -c "UPDATE sp_hot SET v = v + 1 WHERE id = 2" -c "UPDATE sp_hot SET v = v + 1 WHERE id = 2" -c "SET enable_indexscan = off" -c "SET enable_bitmapscan = off" -c "SELECT count(*) FROM sp_hot" > /dev/null
+SELECT v FROM sp_hot WHERE id = 2;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT v FROM sp_hot WHERE id = 2;
+COMMIT;
+SELECT count(DISTINCT rowid) AS kept_for_the_snapshot FROM pasv.versions('sp_hot'::regclass);
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+SELECT id, v FROM sp_hot ORDER BY id;
+SELECT count(DISTINCT rowid) AS removed_after_it FROM pasv.versions('sp_hot'::regclass);
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+SELECT id, v FROM sp_hot WHERE id IN (1, 2) ORDER BY id;
+VACUUM sp_hot;
+SELECT * FROM pasv.verify('sp_hot'::regclass);
+SELECT id, v FROM sp_hot ORDER BY id;
+
+DROP TABLE sp, sp_ix, sp_hot;
 RESET pasv.move_unindexed_updates;

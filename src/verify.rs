@@ -8,7 +8,9 @@
 //!   transaction id) or before `relfrozenxid` (its CLOG may be gone);
 //! * chains are well-formed: no committed version above a committed,
 //!   non-moved deletion of the same row;
-//! * a committed "moved" tombstone points at a rowid that has versions;
+//! * a row's newest committed "moved" tombstone points at a rowid that has
+//!   versions (older redirects of a heap-only chain's root may name
+//!   members removed since);
 //! * no row, and no entry of the table's btree indexes, names a rowid at or
 //!   above the next rowid the engine hands out (the durable floor): such a
 //!   rowid would be handed out again and mean another row;
@@ -89,7 +91,10 @@ unsafe fn check(rel: pg_sys::Relation) -> Vec<Problem> {
         if committed && header.is_tombstone() && !header.is_moved() && committed_above {
             problems.push((at.0, at.1, "a committed version above this committed deletion".into()));
         }
-        if committed && header.is_moved() {
+        // A root's older redirects may name members that sequential scans
+        // removed once dead to every snapshot (`tam::scan_prune`): only the
+        // newest committed move of a row must lead somewhere.
+        if committed && header.is_moved() && !committed_above {
             moved.push((rowid, version, header.moved_to));
         }
         committed_above |= committed;

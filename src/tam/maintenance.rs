@@ -40,10 +40,11 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     // transaction commits; its messages (freezes, removals) replay only if it
     // does. So the versions it froze or removed reach disk first: a crash in
     // between must not revive an unfrozen version older than relfrozenxid,
-    // whose CLOG may be truncated. A table without indexes also had rows
-    // removed by scans, unlogged, that this pass did not see
-    // (`scan_prune`): they reach disk before relfrozenxid passes them.
-    let scans_pruned = super::logs_changes(rel) && !(*(*rel).rd_rel).relhasindex;
+    // whose CLOG may be truncated. Scans also removed rows, unlogged, that
+    // this pass did not see (`scan_prune`: dead rows of a table without
+    // indexes, moved-on chain members of one with): they reach disk before
+    // relfrozenxid passes them.
+    let scans_pruned = super::logs_changes(rel);
     if report.frozen_versions > 0 || report.removed_versions > 0 || scans_pruned {
         if let Err(e) = crate::engine_client::flush_cf(cf_of(rel)) {
             e.raise(&doing);

@@ -374,9 +374,18 @@ pub unsafe extern "C-unwind" fn scan_begin(
         // the same for bitmap and TID-range scans (coarser, still correct).
         super::ssi::lock_relation(rel, snapshot);
     }
-    if pscan.is_null() && super::scan_prune::may_prune(rel, snapshot, flags) {
-        s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
-        s.stream.prune_dead = true;
+    if pscan.is_null() {
+        match super::scan_prune::may_prune(rel, snapshot, flags) {
+            super::scan_prune::Prune::Nothing => {}
+            super::scan_prune::Prune::DeadRows => {
+                s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
+                s.stream.prune_dead = true;
+            }
+            super::scan_prune::Prune::MovedOnMembers => {
+                s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
+                s.stream.prune_members = true;
+            }
+        }
     }
     s.bm_ntuples = -2;
     s.sample_block = pg_sys::InvalidBlockNumber;

@@ -1,11 +1,21 @@
 //! Pruning by sequential scans: the rows of a table without indexes that a
 //! scan finds deleted (or moved away) for every snapshot are removed when
-//! the scan reaches its end, as heap prunes the pages it reads.
+//! the scan reaches its end, as heap prunes the pages it reads. In a table
+//! with indexes, only the members of heap-only chains that moved on within
+//! their chain are (heap prunes its HOT chains' dead members the same way).
 //!
-//! Why only tables without indexes: an index entry of a removed row would
-//! stay until a VACUUM that no longer sees the row, so nothing would ever
-//! remove the entry. Without indexes, nothing but a row's own version chain
-//! points at its rowid.
+//! Why only those: an index entry of a removed row would stay until a
+//! VACUUM that no longer sees the row, so nothing would ever remove the
+//! entry. Without indexes, nothing but a row's own version chain points at
+//! its rowid. A chain's members have no index entries (they point at the
+//! root, which is never removed here: its redirect is no tombstone of a
+//! dead row), and a member dead to every snapshot is the target of no
+//! redirect any snapshot follows: the move that left it wrote the root's
+//! next redirect in the same batch, visible wherever the move is. Readers
+//! without an MVCC snapshot that arrive at a member (a unique check's
+//! dirty read of the root, then the member) hold a snapshot's xmin for
+//! their statement, older than any move they have not seen, so the member
+//! is not dead to all while they run.
 //!
 //! Why the removal is not logged (DESIGN §4 logs VACUUM's): it changes no
 //! answer. A row pruned here is dead to every snapshot, nobody writes its
@@ -14,13 +24,21 @@
 //! than the removal, tombstone included. The one thing such a row could
 //! need after a crash is its deleter's CLOG entry, which VACUUM may let
 //! PostgreSQL truncate once it advanced relfrozenxid without seeing the
-//! row; so VACUUM of a table without indexes flushes its CF first
+//! row; so VACUUM of a table flushes its CF after its walk
 //! (`maintenance::relation_vacuum`), persisting every removal made before
-//! its walk.
+//! relfrozenxid moves.
 //!
-//! What the removal buys: every UPDATE of such a table moves the row to a
-//! new rowid (`rowops::tuple_update`, heap's row order), so without it a
-//! hot small table's scans walked every version left behind until VACUUM.
+//! What the removal buys: every UPDATE of a table without indexes moves the
+//! row to a new rowid (`rowops::tuple_update`, heap's row order), and every
+//! UPDATE of a table with indexes that changes no indexed column moves it
+//! to a new chain member; without the removal, a hot small table's scans
+//! walked every version left behind until VACUUM. The members matter most
+//! under prepared statements: a generic plan made while a hot table (TPC-C's
+//! warehouse and district) had one page scans it sequentially for the whole
+//! session, and the TPC-C-like mix right after its load fell from 480 to
+//! 176 transactions a second within 30 s (session 25; HOT_PATH.md §41).
+//! The removed keys are delete markers until a flush and a compaction drop
+//! them (`pasv_am::engine::delete_markers`).
 //!
 //! Calls `crate::engine_client` (one posted, unlogged batch of deletes per
 //! finished scan); called by `stream` (which finds the rows) and `scan`
@@ -29,6 +47,7 @@
 use crate::engine_client;
 use pasv_am::keys;
 use pasv_am::protocol::{BatchBuilder, CfRef};
+use pasv_am::row::{RowHeader, FLAG_ROOT};
 use pgrx::pg_sys;
 use std::cell::RefCell;
 
@@ -47,18 +66,40 @@ thread_local! {
     static NOTED: RefCell<Vec<(CfRef, u64, u32)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether a scan of `rel` with `snapshot` (and scan `flags`) removes the
-/// dead rows it meets: a sequential scan of a table without indexes, with
-/// an MVCC snapshot, outside recovery.
+/// What a scan removes of the rows it finds dead to every snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prune {
+    Nothing,
+    /// Every such row (a table without indexes).
+    DeadRows,
+    /// Only members that moved on within their heap-only chain.
+    MovedOnMembers,
+}
+
+/// What a scan of `rel` with `snapshot` (and scan `flags`) removes of the
+/// dead rows it meets: a sequential scan with an MVCC snapshot, outside
+/// recovery, removes dead rows of a table without indexes and moved-on
+/// members of one with indexes.
 ///
 /// # Safety
 /// `rel` open; `snapshot` valid or null.
-pub unsafe fn may_prune(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, flags: u32) -> bool {
-    flags & pg_sys::ScanOptions::SO_TYPE_SEQSCAN != 0
-        && !(*(*rel).rd_rel).relhasindex
+pub unsafe fn may_prune(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, flags: u32) -> Prune {
+    let may = flags & pg_sys::ScanOptions::SO_TYPE_SEQSCAN != 0
         && !snapshot.is_null()
         && matches!((*snapshot).snapshot_type, pg_sys::SnapshotType::SNAPSHOT_MVCC)
-        && !pg_sys::RecoveryInProgress()
+        && !pg_sys::RecoveryInProgress();
+    match (may, (*(*rel).rd_rel).relhasindex) {
+        (false, _) => Prune::Nothing,
+        (true, false) => Prune::DeadRows,
+        (true, true) => Prune::MovedOnMembers,
+    }
+}
+
+/// Whether `tombstone`, the version that decides its row, says the row is
+/// a chain's member that moved on within the chain (a HOT move's tombstone
+/// on a rowid other than the root: the root's carries `FLAG_ROOT`).
+pub fn is_moved_on_member(tombstone: &RowHeader) -> bool {
+    tombstone.is_hot() && tombstone.is_moved() && tombstone.flags & FLAG_ROOT == 0
 }
 
 /// Remember `rowid` of `cf`, dead to every snapshot, whose newest version
