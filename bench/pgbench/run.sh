@@ -10,7 +10,8 @@
 #            a 100-row range-sum script; single-client latency
 #   bulk     INSERT ... SELECT of N rows with and without a primary key,
 #            UPDATE and DELETE of 10 %, COPY in, count(*) and sum()
-#   tpcc     the TPC-C-like workload of bench/pgbench/tpcc (load, mix, check)
+#   tpcc     the TPC-C-like workload of bench/pgbench/tpcc (load, mix, check),
+#            then again on a fresh load with prepared statements (-M prepared)
 #   wal      PostgreSQL WAL bytes per TPC-B transaction over a run spanning
 #            at least two checkpoints (checkpoint_timeout = 30s)
 #   modes    pasv against the double-logging baselines (naive, engine_wal)
@@ -38,9 +39,9 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$quick" = 1 ]; then
-  T=15 BULK_ROWS=200000 TPCC_W=1 TPCC_T=30 WAL_T=65 MODE_T=10 MODE_ROUNDS=2 ROUNDS=1
+  T=15 BULK_ROWS=200000 TPCC_W=1 TPCC_T=30 TPCC_PREP_T=15 WAL_T=65 MODE_T=10 MODE_ROUNDS=2 ROUNDS=1
 else
-  T=60 BULK_ROWS=1000000 TPCC_W=2 TPCC_T=120 WAL_T=95 MODE_T=30 MODE_ROUNDS=4 ROUNDS=2
+  T=60 BULK_ROWS=1000000 TPCC_W=2 TPCC_T=120 TPCC_PREP_T=60 WAL_T=95 MODE_T=30 MODE_ROUNDS=4 ROUNDS=2
 fi
 SCALE=10
 
@@ -180,30 +181,53 @@ section_bulk() {
   rm -f "$copy_file"
 }
 
+# tpcc_load AM: a fresh TPC-C-like database tpcc_AM; sets LOAD (seconds).
+tpcc_load() {
+  local am=$1 db=tpcc_$1 t0
+  bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+  bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv" -c "ALTER DATABASE $db SET default_table_access_method = $am" >/dev/null
+  t0=$(date +%s.%N)
+  (cd "$HERE/tpcc" && bench_psql -d "$db" -f schema.sql >/dev/null && bench_psql -d "$db" -v warehouses="$TPCC_W" -f load.sql >/dev/null)
+  LOAD=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  bench_psql -d "$db" -c CHECKPOINT >/dev/null
+}
+
+# tpcc_mix LABEL AM SECONDS [pgbench args...]: the mix on tpcc_AM, then
+# its consistency check; sets TPS.
+tpcc_mix() {
+  local label=$1 am=$2 seconds=$3 d=$HERE/tpcc
+  shift 3
+  run_pgbench "$label $am" "tpcc_$am" 2 "$seconds" -f "$d/new_order.sql@45" -f "$d/payment.sql@43" \
+    -f "$d/order_status.sql@4" -f "$d/delivery.sql@4" -f "$d/stock_level.sql@4" -D warehouses="$TPCC_W" --max-tries=10 "$@"
+  bench_psql -d "tpcc_$am" -f "$d/check.sql" | sed 's/^/    /'
+}
+
 section_tpcc() {
   say "TPC-C-like (bench/pgbench/tpcc): $TPCC_W warehouse(s), 2 clients, $TPCC_T s, heap and pasv"
-  local am t0 load db
-  declare -A L P
+  local am
+  declare -A L P Q
   for am in heap pasv; do
-    db=tpcc_$am
-    bench_psql -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
-    bench_psql -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pasv" -c "ALTER DATABASE $db SET default_table_access_method = $am" >/dev/null
-    t0=$(date +%s.%N)
-    (cd "$HERE/tpcc" && bench_psql -d "$db" -f schema.sql >/dev/null && bench_psql -d "$db" -v warehouses="$TPCC_W" -f load.sql >/dev/null)
-    load=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    L[$am]=$load
-    bench_psql -d "$db" -c CHECKPOINT >/dev/null
-    note "loaded $db in $load s"
+    tpcc_load "$am"
+    L[$am]=$LOAD
+    note "loaded tpcc_$am in $LOAD s"
   done
   bench_wait_slot tpcc_pasv
   for am in heap pasv; do
-    local d=$HERE/tpcc
-    run_pgbench "TPC-C-like $am" "tpcc_$am" 2 "$TPCC_T" -f "$d/new_order.sql@45" -f "$d/payment.sql@43" \
-      -f "$d/order_status.sql@4" -f "$d/delivery.sql@4" -f "$d/stock_level.sql@4" -D warehouses="$TPCC_W" --max-tries=10
+    tpcc_mix "TPC-C-like" "$am" "$TPCC_T"
     P[$am]=$TPS
-    bench_psql -d "tpcc_$am" -f "$d/check.sql" | sed 's/^/    /'
   done
   printf '  => TPC-C-like   pasv/heap throughput %s   load speed pasv/heap %s\n' "$(ratio "${P[pasv]}" "${P[heap]}")" "$(ratio "${L[heap]}" "${L[pasv]}")"
+  # Prepared statements keep the generic plans made right after the load,
+  # when warehouse and district were one page: sequential scans of the
+  # two hottest tables for the whole run (heap's too).
+  note "prepared statements (-M prepared), $TPCC_PREP_T s, each on a fresh load"
+  for am in heap pasv; do
+    tpcc_load "$am"
+    bench_wait_slot tpcc_pasv
+    tpcc_mix "TPC-C-like prepared" "$am" "$TPCC_PREP_T" -M prepared
+    Q[$am]=$TPS
+  done
+  printf '  => TPC-C-like prepared   pasv/heap throughput %s\n' "$(ratio "${Q[pasv]}" "${Q[heap]}")"
 }
 
 section_wal() {
