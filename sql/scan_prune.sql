@@ -105,6 +105,19 @@ SELECT rowids AS kept_for_the_snapshot FROM sp_hot_rowids;
 SELECT * FROM sp_hot_seqscan();
 SELECT rowids AS removed_after_it FROM sp_hot_rowids;
 SELECT id, v FROM sp_hot WHERE id IN (1, 2) ORDER BY id;
+
+-- A removal reaches disk only after the commits that made its rows dead,
+-- asynchronous ones included: a crash right after the flush that
+-- persisted it finds the row at its last update, not gone.
+SET synchronous_commit = off;
+UPDATE sp_hot SET v = 100 WHERE id = 1;
+UPDATE sp_hot SET v = 101 WHERE id = 1;
+SELECT count(*) FROM sp_hot_seqscan();
+SELECT pasv.flush_table('sp_hot'::regclass::oid);
+\! "$PASV_PG_BIN/pg_ctl" -D "$PASV_TEST_PGDATA" -l "$PASV_TEST_LOG" -m immediate -w restart > /dev/null 2>&1
+\c
+SELECT id, v FROM sp_hot WHERE id = 1;
+SELECT * FROM sp_hot_seqscan();
 VACUUM sp_hot;
 SELECT * FROM pasv.verify('sp_hot'::regclass);
 SELECT * FROM sp_hot_seqscan();

@@ -686,13 +686,35 @@ fn log_message(cf: CfRef, request: &[u8], notes: &[u8]) -> u64 {
 /// An unlogged or temporary table's batch (`logged` false) is neither
 /// logged nor recorded for flush flags: nothing replays it.
 fn put_batch_raw(cf: CfRef, logged: bool, batch: &BatchBuilder, owner: i32) -> Result<(), CallError> {
+    post_put_batch(cf, batch, |request| log_before_write(cf, logged, request, batch.notes(), owner))
+}
+
+/// Remove rows `tam::scan_prune` found dead to every snapshot: a posted,
+/// unlogged batch of deletes (nothing replays it), held from disk until
+/// the WAL inserted so far is durable. The transactions whose commits made
+/// the rows dead may have committed asynchronously (`synchronous_commit =
+/// off`): a removal on disk before their commit records would outlive them
+/// after a crash, and a row they moved or deleted would be gone with no
+/// version left to see. Heap orders its pruning the same way: the prune
+/// record follows the commit records in the WAL, and the page waits for it.
+pub fn remove_dead_rows(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError> {
+    flush_pending()?;
+    let after = crate::wal::inserted_end();
+    post_put_batch(cf, batch, |request| {
+        request[protocol::PUT_BATCH_LSN_AT..protocol::PUT_BATCH_LSN_AT + 8].copy_from_slice(&after.to_le_bytes());
+    })
+}
+
+/// Post `batch` as a `PutBatch` of `cf`, `stamp` writing its LSN field
+/// into the encoded request (see [`put_batch_raw`]).
+fn post_put_batch(cf: CfRef, batch: &BatchBuilder, stamp: impl FnOnce(&mut [u8])) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
     check_posted()?;
     client::post_checked(|out| {
         let available = out.len();
         let len = protocol::encode_put_batch(cf, batch, out)
             .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
-        log_before_write(cf, logged, &mut out[..len], batch.notes(), owner);
+        stamp(&mut out[..len]);
         Ok(len)
     })?;
     IN_FLIGHT.with(|f| f.borrow_mut().push(PostedRows::of(cf, batch)));

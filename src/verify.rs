@@ -8,9 +8,10 @@
 //!   transaction id) or before `relfrozenxid` (its CLOG may be gone);
 //! * chains are well-formed: no committed version above a committed,
 //!   non-moved deletion of the same row;
-//! * a row's newest committed "moved" tombstone points at a rowid that has
-//!   versions (older redirects of a heap-only chain's root may name
-//!   members removed since);
+//! * a committed "moved" tombstone that a snapshot may still follow points
+//!   at a rowid that has versions (once the move, or a newer version of its
+//!   row, committed before every snapshot that may still run, sequential
+//!   scans may have removed the heap-only member it names);
 //! * no row, and no entry of the table's btree indexes, names a rowid at or
 //!   above the next rowid the engine hands out (the durable floor): such a
 //!   rowid would be handed out again and mean another row;
@@ -58,12 +59,16 @@ unsafe fn check(rel: pg_sys::Relation) -> Vec<Problem> {
     // Per row, newest first: whether a committed version was seen above.
     let mut current: Option<u64> = None;
     let mut committed_above = false;
+    // Per row, newest first: whether a version seen above committed before
+    // every snapshot that may still run.
+    let mut settled_above = false;
     let (start, end) = keys::row_range(0, MAX_ROWID + 1);
     versions::walk_raw(cf, start, end, 0, &doing, |rowid, version, value| {
         let at = (Some(rowid as i64), Some(version as i32));
         if current != Some(rowid) {
             current = Some(rowid);
             committed_above = false;
+            settled_above = false;
             rowids.insert(rowid);
             if rowid >= next_rowid {
                 problems.push((at.0, None, format!("rowid at or above the next rowid to hand out ({next_rowid})")));
@@ -91,13 +96,17 @@ unsafe fn check(rel: pg_sys::Relation) -> Vec<Problem> {
         if committed && header.is_tombstone() && !header.is_moved() && committed_above {
             problems.push((at.0, at.1, "a committed version above this committed deletion".into()));
         }
-        // A root's older redirects may name members that sequential scans
-        // removed once dead to every snapshot (`tam::scan_prune`): only the
-        // newest committed move of a row must lead somewhere.
-        if committed && header.is_moved() && !committed_above {
+        // Sequential scans remove heap-only members dead to every snapshot
+        // (`tam::scan_prune`). A move must lead somewhere while some
+        // snapshot may still follow it: unless the move itself (a member's
+        // tombstone) or a newer one of its row (a root's later redirect)
+        // committed before every snapshot that may still run.
+        let settled = committed && crate::tam::committed_before_all(rel, &header);
+        if committed && header.is_moved() && !settled && !settled_above {
             moved.push((rowid, version, header.moved_to));
         }
         committed_above |= committed;
+        settled_above |= settled;
         true
     });
     for (rowid, version, target) in moved {

@@ -231,6 +231,15 @@ pub unsafe fn creator_committed(header: &pasv_am::row::RowHeader) -> bool {
     rowops::creator_of(header) == rowops::Creator::Committed
 }
 
+/// Whether a stored version's creator committed before every snapshot that
+/// may still run on `rel` (a version nobody can see past any more).
+///
+/// # Safety
+/// Backend inside a transaction; `rel` open.
+pub unsafe fn committed_before_all(rel: pg_sys::Relation, header: &pasv_am::row::RowHeader) -> bool {
+    creator_committed(header) && visibility::removable(header, pg_sys::GlobalVisTestFor(rel))
+}
+
 /// Count every stored version of `cf` in `[start, end)` (diagnostics).
 ///
 /// # Safety

@@ -26,7 +26,10 @@
 //! PostgreSQL truncate once it advanced relfrozenxid without seeing the
 //! row; so VACUUM of a table flushes its CF after its walk
 //! (`maintenance::relation_vacuum`), persisting every removal made before
-//! relfrozenxid moves.
+//! relfrozenxid moves. The other is the commit of the transaction that made
+//! it dead, which may have been asynchronous and not yet on disk: the
+//! removal waits in the memtable for the WAL inserted before it
+//! (`engine_client::remove_dead_rows`).
 //!
 //! What the removal buys: every UPDATE of a table without indexes moves the
 //! row to a new rowid (`rowops::tuple_update`, heap's row order), and every
@@ -40,7 +43,7 @@
 //! The removed keys are delete markers until a flush and a compaction drop
 //! them (`pasv_am::engine::delete_markers`).
 //!
-//! Calls `crate::engine_client` (one posted, unlogged batch of deletes per
+//! Calls `crate::engine_client` (posted, unlogged batches of deletes per
 //! finished scan); called by `stream` (which finds the rows) and `scan`
 //! (which says which scans may prune).
 
@@ -145,7 +148,7 @@ pub fn send(cf: CfRef, doing: &str) {
 }
 
 fn post(cf: CfRef, batch: &BatchBuilder, doing: &str) {
-    if let Err(e) = engine_client::put_batch_now(cf, false, batch) {
+    if let Err(e) = engine_client::remove_dead_rows(cf, batch) {
         e.raise(doing);
     }
 }
