@@ -53,6 +53,7 @@ unsafe fn check(rel: pg_sys::Relation) -> Vec<Problem> {
     };
     let next_xid = pg_sys::ReadNextFullTransactionId().value;
     let frozen_xid = (*(*rel).rd_rel).relfrozenxid;
+    let horizon = pg_sys::GlobalVisTestFor(rel);
 
     let mut rowids: HashSet<u64> = HashSet::new();
     let mut moved: Vec<(u64, u32, u64)> = Vec::new();
@@ -101,7 +102,7 @@ unsafe fn check(rel: pg_sys::Relation) -> Vec<Problem> {
         // snapshot may still follow it: unless the move itself (a member's
         // tombstone) or a newer one of its row (a root's later redirect)
         // committed before every snapshot that may still run.
-        let settled = committed && crate::tam::committed_before_all(rel, &header);
+        let settled = committed && crate::tam::older_than_all_snapshots(&header, horizon);
         if committed && header.is_moved() && !settled && !settled_above {
             moved.push((rowid, version, header.moved_to));
         }

@@ -231,13 +231,13 @@ pub unsafe fn creator_committed(header: &pasv_am::row::RowHeader) -> bool {
     rowops::creator_of(header) == rowops::Creator::Committed
 }
 
-/// Whether a stored version's creator committed before every snapshot that
-/// may still run on `rel` (a version nobody can see past any more).
+/// Whether a committed version is older than every snapshot that may still
+/// run (`horizon`: the relation's `GlobalVisTestFor`).
 ///
 /// # Safety
-/// Backend inside a transaction; `rel` open.
-pub unsafe fn committed_before_all(rel: pg_sys::Relation, header: &pasv_am::row::RowHeader) -> bool {
-    creator_committed(header) && visibility::removable(header, pg_sys::GlobalVisTestFor(rel))
+/// Backend inside a transaction; `horizon` from `GlobalVisTestFor`.
+pub unsafe fn older_than_all_snapshots(header: &pasv_am::row::RowHeader, horizon: *mut pg_sys::GlobalVisState) -> bool {
+    visibility::removable(header, horizon)
 }
 
 /// Count every stored version of `cf` in `[start, end)` (diagnostics).

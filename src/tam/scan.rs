@@ -375,16 +375,9 @@ pub unsafe extern "C-unwind" fn scan_begin(
         super::ssi::lock_relation(rel, snapshot);
     }
     if pscan.is_null() {
-        match super::scan_prune::may_prune(rel, snapshot, flags) {
-            super::scan_prune::Prune::Nothing => {}
-            super::scan_prune::Prune::DeadRows => {
-                s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
-                s.stream.prune_dead = true;
-            }
-            super::scan_prune::Prune::MovedOnMembers => {
-                s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
-                s.stream.prune_members = true;
-            }
+        s.stream.prune = super::scan_prune::may_prune(rel, snapshot, flags);
+        if s.stream.prune != super::scan_prune::Prune::Nothing {
+            s.stream.dead_test = pg_sys::GlobalVisTestFor(rel);
         }
     }
     s.bm_ntuples = -2;

@@ -98,11 +98,18 @@ pub unsafe fn may_prune(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, flags
     }
 }
 
-/// Whether `tombstone`, the version that decides its row, says the row is
-/// a chain's member that moved on within the chain (a HOT move's tombstone
-/// on a rowid other than the root: the root's carries `FLAG_ROOT`).
-pub fn is_moved_on_member(tombstone: &RowHeader) -> bool {
-    tombstone.is_hot() && tombstone.is_moved() && tombstone.flags & FLAG_ROOT == 0
+impl Prune {
+    /// Whether a row dead to every snapshot, decided by `tombstone`, is
+    /// removed: any such row, or only a chain's member that moved on within
+    /// its chain (a HOT move's tombstone on a rowid other than the root:
+    /// the root's carries `FLAG_ROOT`).
+    pub fn removes(self, tombstone: &RowHeader) -> bool {
+        match self {
+            Prune::Nothing => false,
+            Prune::DeadRows => true,
+            Prune::MovedOnMembers => tombstone.is_hot() && tombstone.is_moved() && tombstone.flags & FLAG_ROOT == 0,
+        }
+    }
 }
 
 /// Remember `rowid` of `cf`, dead to every snapshot, whose newest version

@@ -113,12 +113,9 @@ pub struct RowStream {
     ahead_displaced: bool,
     /// `buf` and `index` are lent from the pool ([`lend_buffers`]).
     pooled: bool,
-    /// Rows found dead to every snapshot (with `dead_test`) are removed
-    /// when the stream reaches its end (`scan_prune`).
-    pub prune_dead: bool,
-    /// As `prune_dead`, but only members of heap-only chains that moved on
-    /// within their chain (no index entry points at them: `scan_prune`).
-    pub prune_members: bool,
+    /// Which rows found dead to every snapshot (with `dead_test`) are
+    /// removed when the stream reaches its end (`scan_prune`).
+    pub prune: super::scan_prune::Prune,
     /// Index fetches and bitmap scans, which arrive at a chain's root: a
     /// root whose visible version redirects is returned as such
     /// ([`Row::redirect`]) instead of passed over as deleted.
@@ -351,8 +348,7 @@ impl RowStream {
             ahead_per_row: 0,
             ahead_displaced: false,
             pooled: lent.is_some(),
-            prune_dead: false,
-            prune_members: false,
+            prune: super::scan_prune::Prune::Nothing,
             follow_redirects: false,
             follow_hot_moves: false,
             skip_heap_only: false,
@@ -732,7 +728,7 @@ impl RowStream {
             if header.is_tombstone() {
                 if !self.dead_test.is_null() && self.newer_aborted && visibility::removable(&header, self.dead_test) {
                     self.mark_dead(e.rowid);
-                    if self.prune_dead || self.prune_members && super::scan_prune::is_moved_on_member(&header) {
+                    if self.prune.removes(&header) {
                         super::scan_prune::note(self.cf, e.rowid, self.group_first_version);
                     }
                 }
@@ -767,7 +763,7 @@ impl RowStream {
 
     /// The range is read to its end: remove the dead rows found, if asked.
     fn end_reached(&mut self, doing: &str) {
-        if self.prune_dead || self.prune_members {
+        if self.prune != super::scan_prune::Prune::Nothing {
             super::scan_prune::send(self.cf, doing);
         }
     }
