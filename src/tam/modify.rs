@@ -37,6 +37,13 @@ pub(super) unsafe fn row_space(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple) 
 
 /// Write one tuple of `slot` into `rel` as a new row.
 unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) {
+    let rowid = insert_slot_uncovered(rel, slot, cid);
+    super::forklen::cover_inserted(rel, rowid);
+}
+
+/// [`insert_slot`] without stretching the fork to the row (a batch is
+/// covered once, at its end); returns the row's rowid.
+unsafe fn insert_slot_uncovered(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, cid: pg_sys::CommandId) -> u64 {
     let cf = cf_of(rel);
     let mut should_free = false;
     let slot_tuple = pg_sys::ExecFetchSlotHeapTuple(slot, true, &mut should_free);
@@ -50,7 +57,6 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
         Ok(r) => r,
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
     };
-    super::forklen::cover_rowid(rel, rowid);
     check_row_size(rel, (*tuple).t_len as usize);
     let full_xid = pg_sys::GetCurrentFullTransactionId().value;
     let result = VALUE.with(|v| {
@@ -73,6 +79,7 @@ unsafe fn insert_slot(rel: pg_sys::Relation, slot: *mut pg_sys::TupleTableSlot, 
     if should_free {
         pg_sys::heap_freetuple(slot_tuple);
     }
+    rowid
 }
 
 /// Stamp a heap tuple's header as created by (xid, cid) at `rowid` and build
@@ -190,8 +197,13 @@ pub unsafe extern "C-unwind" fn multi_insert(
     _options: i32,
     _bistate: *mut pg_sys::BulkInsertStateData,
 ) {
+    let mut highest = None;
     for i in 0..nslots.max(0) as usize {
-        insert_slot(rel, *slots.add(i), cid);
+        let rowid = insert_slot_uncovered(rel, *slots.add(i), cid);
+        highest = highest.max(Some(rowid));
+    }
+    if let Some(rowid) = highest {
+        super::forklen::cover_inserted(rel, rowid);
     }
     flush_if_checked_by_value(rel);
     pg_sys::pgstat_count_heap_insert(rel, i64::from(nslots));
