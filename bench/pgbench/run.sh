@@ -9,7 +9,8 @@
 #   tpcb     pgbench TPC-B, scale 10, 2 and 8 clients; select-only (-S);
 #            a 100-row range-sum script; single-client latency
 #   bulk     INSERT ... SELECT of N rows with and without a primary key,
-#            UPDATE and DELETE of 10 %, COPY in, count(*) and sum()
+#            UPDATE and DELETE of 10 %, COPY in, count(*) and sum(); three
+#            rounds on fresh tables, the median ratio of each step
 #   tpcc     the TPC-C-like workload of bench/pgbench/tpcc (load, mix, check),
 #            then again on a fresh load with prepared statements (-M prepared)
 #   wal      PostgreSQL WAL bytes per TPC-B transaction over a run spanning
@@ -32,21 +33,33 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --sections) sections=${2//,/ }; shift ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift
 done
 
 if [ "$quick" = 1 ]; then
-  T=15 BULK_ROWS=200000 TPCC_W=1 TPCC_T=30 TPCC_PREP_T=15 WAL_T=65 MODE_T=10 MODE_ROUNDS=2 ROUNDS=1
+  T=15 BULK_ROWS=200000 BULK_ROUNDS=3 TPCC_W=1 TPCC_T=30 TPCC_PREP_T=15 WAL_T=65 MODE_T=10 MODE_ROUNDS=2 ROUNDS=1
 else
-  T=60 BULK_ROWS=1000000 TPCC_W=2 TPCC_T=120 TPCC_PREP_T=60 WAL_T=95 MODE_T=30 MODE_ROUNDS=4 ROUNDS=2
+  T=60 BULK_ROWS=1000000 BULK_ROUNDS=3 TPCC_W=2 TPCC_T=120 TPCC_PREP_T=60 WAL_T=95 MODE_T=30 MODE_ROUNDS=4 ROUNDS=2
 fi
 SCALE=10
 
 pgb() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/pgbench" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
+median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)) }'; }
+# speed_probe: milliseconds a fixed CPU-bound loop takes. Printed at the
+# start and the end of a run: this kind of VM's CPU speed was seen to move
+# by up to 1.8x within minutes, idle, with no steal time reported
+# (src/ipc/HOT_PATH.md §42), so figures from runs far apart compare only
+# through their ratios, and a run whose probes differ much is suspect.
+speed_probe() {
+  local t0
+  t0=$(date +%s%N)
+  awk 'BEGIN { for (i = 0; i < 20000000; i++) s += i }'
+  echo $((($(date +%s%N) - t0) / 1000000))
+}
 cpu_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 clk_tck=$(getconf CLK_TCK)
 
@@ -155,15 +168,17 @@ section_bulk() {
   local copy_file=$PASV_HOME/bench/bulk.copy n=$BULK_ROWS
   bench_psql -d bulk -c "COPY (SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g) TO '$copy_file'"
   bench_wait_slot bulk
-  declare -A R
-  local step am
+  declare -A R Q
+  local step am round steps="insert_noindex insert_pk update10 delete10 copy_in count sum"
+  for round in $(seq "$BULK_ROUNDS"); do
+  note "round $round of $BULK_ROUNDS, on fresh tables"
   for am in heap pasv; do
     bench_psql -d bulk -c "DROP TABLE IF EXISTS b_$am, bk_$am, bc_$am" \
       -c "CREATE TABLE b_$am (id int8, grp int4, payload text) USING $am" \
       -c "CREATE TABLE bk_$am (id int8 PRIMARY KEY, grp int4, payload text) USING $am" \
       -c "CREATE TABLE bc_$am (id int8, grp int4, payload text) USING $am" -c CHECKPOINT >/dev/null
   done
-  for step in insert_noindex insert_pk update10 delete10 copy_in count sum; do
+  for step in $steps; do
     for am in heap pasv; do
       case $step in
         insert_noindex) timed "$step" -c "INSERT INTO b_$am SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g" ;;
@@ -176,7 +191,12 @@ section_bulk() {
       esac
       R[$step.$am]=$MS
     done
+    Q[$step]+="$(ratio "${R[$step.heap]}" "${R[$step.pasv]}") "
     printf '  %-16s heap %9.1f ms   pasv %9.1f ms   pasv/heap speed %s\n' "$step" "${R[$step.heap]}" "${R[$step.pasv]}" "$(ratio "${R[$step.heap]}" "${R[$step.pasv]}")"
+  done
+  done
+  for step in $steps; do
+    printf '  => %-16s pasv/heap speed %s (median of %d rounds: %s)\n' "$step" "$(median ${Q[$step]})" "$BULK_ROUNDS" "${Q[$step]% }"
   done
   rm -f "$copy_file"
 }
@@ -288,6 +308,7 @@ section_modes() {
 
 bench_start
 machine_line
+echo "machine speed probe: $(speed_probe) ms (a fixed awk loop; again at the end)"
 echo "settings: $(bench_psql -At -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'checkpoint_timeout', 'max_wal_size', 'autovacuum', 'wal_level', 'pasv.durability', 'pasv.engine_threads', 'pasv.memtable_budget', 'pasv.block_cache_size', 'pasv.row_cache_size')")"
 echo "mode: $([ "$quick" = 1 ] && echo quick || echo full); runs of $T s; bulk $BULK_ROWS rows; TPC-C $TPCC_W warehouse(s), $TPCC_T s"
 start=$(date +%s)
@@ -297,4 +318,5 @@ for s in $sections; do
     *) die "unknown section $s" ;;
   esac
 done
+echo "machine speed probe: $(speed_probe) ms"
 echo "total $(($(date +%s) - start)) s"
