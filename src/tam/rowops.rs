@@ -904,7 +904,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
             Ok(r) => r,
             Err(e) => e.raise(&format!("updating {}", rel_name(rel))),
         };
-        super::forklen::cover_rowid(rel, new_rowid);
+        super::forklen::cover_inserted(rel, new_rowid);
         stored_value(tuple, new_rowid, full_xid, cid, &mut value);
         let mut gone = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED, cid, xid: full_xid, moved_to: new_rowid };
         if let Some(at_root) = at_root {
