@@ -83,7 +83,7 @@ pub unsafe fn cover_blocks(rel: pg_sys::Relation, blocks: u64) {
 unsafe fn stretch(rel: pg_sys::Relation, blocks: u64, stretch_to: u64) {
     // MaxBlockNumber (0xFFFFFFFE) is a macro in C.
     let target = blocks.min(0xFFFF_FFFE) as pg_sys::BlockNumber;
-    let stretch_to = stretch_to.clamp(blocks, 0xFFFF_FFFE) as pg_sys::BlockNumber;
+    let stretch_to = stretch_to.max(blocks).min(0xFFFF_FFFE) as pg_sys::BlockNumber;
     let key = {
         let cf = super::cf_of(rel);
         (cf.db, cf.rel)
