@@ -169,7 +169,7 @@ section_bulk() {
   bench_psql -d bulk -c "COPY (SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $n) g) TO '$copy_file'"
   bench_wait_slot bulk
   declare -A R Q
-  local step am round steps="insert_noindex insert_pk update10 delete10 copy_in count sum"
+  local step am round speed steps="insert_noindex insert_pk update10 delete10 copy_in count sum"
   for round in $(seq "$BULK_ROUNDS"); do
   note "round $round of $BULK_ROUNDS, on fresh tables"
   for am in heap pasv; do
@@ -191,8 +191,9 @@ section_bulk() {
       esac
       R[$step.$am]=$MS
     done
-    Q[$step]+="$(ratio "${R[$step.heap]}" "${R[$step.pasv]}") "
-    printf '  %-16s heap %9.1f ms   pasv %9.1f ms   pasv/heap speed %s\n' "$step" "${R[$step.heap]}" "${R[$step.pasv]}" "$(ratio "${R[$step.heap]}" "${R[$step.pasv]}")"
+    speed=$(ratio "${R[$step.heap]}" "${R[$step.pasv]}")
+    Q[$step]+="$speed "
+    printf '  %-16s heap %9.1f ms   pasv %9.1f ms   pasv/heap speed %s\n' "$step" "${R[$step.heap]}" "${R[$step.pasv]}" "$speed"
   done
   done
   for step in $steps; do

@@ -63,11 +63,10 @@ const BULK_CHUNK: u32 = 1 << 13;
 /// `rel` must be an open pasv relation.
 pub unsafe fn cover_inserted(rel: pg_sys::Relation, rowid: u64) {
     let need = rowid / ROWS_PER_BLOCK + 1;
-    let stretch_to = match crate::engine_client::rowid_reservation(super::cf_of(rel)) {
-        Some((end, chunk)) if chunk >= BULK_CHUNK => (need + AHEAD - 1).min(end.div_ceil(ROWS_PER_BLOCK)).max(need),
+    stretch(rel, need, |cf| match crate::engine_client::rowid_reservation(cf) {
+        Some((end, chunk)) if chunk >= BULK_CHUNK => (need + AHEAD - 1).min(end.div_ceil(ROWS_PER_BLOCK)),
         _ => need,
-    };
-    stretch(rel, need, stretch_to);
+    });
 }
 
 /// Make `rel`'s main fork at least `blocks` blocks long.
@@ -75,22 +74,21 @@ pub unsafe fn cover_inserted(rel: pg_sys::Relation, rowid: u64) {
 /// # Safety
 /// `rel` must be an open pasv relation.
 pub unsafe fn cover_blocks(rel: pg_sys::Relation, blocks: u64) {
-    stretch(rel, blocks, blocks);
+    stretch(rel, blocks, |_| blocks);
 }
 
-/// Make `rel`'s main fork `stretch_to` blocks long if it is shorter than
-/// `blocks`.
-unsafe fn stretch(rel: pg_sys::Relation, blocks: u64, stretch_to: u64) {
+/// Make `rel`'s main fork `stretch_to(its CF)` blocks long (at least
+/// `blocks`) if it is shorter than `blocks`. `stretch_to` runs only then:
+/// a row's usual path is the known-length check.
+unsafe fn stretch(rel: pg_sys::Relation, blocks: u64, stretch_to: impl FnOnce(pasv_am::protocol::CfRef) -> u64) {
     // MaxBlockNumber (0xFFFFFFFE) is a macro in C.
     let target = blocks.min(0xFFFF_FFFE) as pg_sys::BlockNumber;
-    let stretch_to = stretch_to.max(blocks).min(0xFFFF_FFFE) as pg_sys::BlockNumber;
-    let key = {
-        let cf = super::cf_of(rel);
-        (cf.db, cf.rel)
-    };
+    let cf = super::cf_of(rel);
+    let key = (cf.db, cf.rel);
     if KNOWN.with(|k| k.borrow().get(&key).is_some_and(|&len| len >= target)) {
         return;
     }
+    let stretch_to = stretch_to(cf).max(blocks).min(0xFFFF_FFFE) as pg_sys::BlockNumber;
     let lock = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     pg_sys::LockRelationForExtension(rel, lock);
     let smgr = pg_sys::RelationGetSmgr(rel);
