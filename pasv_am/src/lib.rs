@@ -6,6 +6,7 @@
 //!
 //! * [`cf_name`] — the only place CF names are spelled.
 //! * [`keys`] — row keys (rowid ‖ inverted version) and rowid ⇄ TID.
+//! * [`pack`] — many rows in one RocksDB entry: the pack format.
 //! * [`row`] — the MVCC header in front of every tuple and the chain rule.
 //! * [`protocol`] — the backend ⇄ engine wire format (both sides link it).
 //! * [`engine`] — the RocksDB instance (engine worker only).
@@ -26,6 +27,7 @@ pub mod cf_name;
 pub mod engine;
 pub mod flush_flag;
 pub mod keys;
+pub mod pack;
 pub mod protocol;
 pub mod region;
 pub mod row;

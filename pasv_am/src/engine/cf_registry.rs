@@ -75,6 +75,9 @@ pub(super) struct TableEntry {
     /// (and persisted first) under `floor_raise`.
     pub(super) rowid_floor: AtomicU64,
     pub(super) floor_raise: Mutex<()>,
+    /// The lowest group that may hold a pack (`u64::MAX`: none), persisted
+    /// before it is lowered (`packing.rs`), under `floor_raise`.
+    pub(super) pack_floor: AtomicU64,
     /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
     /// (shared with the flush listener).
     pub(super) max_lsn: Arc<AtomicU64>,
@@ -94,6 +97,7 @@ impl TableEntry {
             size_end: AtomicU64::new(0),
             rowid_floor: AtomicU64::new(next_rowid),
             floor_raise: Mutex::new(()),
+            pack_floor: AtomicU64::new(u64::MAX),
             max_lsn: Arc::new(AtomicU64::new(0)),
             flag: Mutex::new(FlagState::default()),
             created_lsn,
@@ -276,6 +280,11 @@ impl Engine {
         read_options.fill_cache(false);
         let mut iter = self.db.raw_iterator_cf_opt(&source_handle, read_options);
         iter.seek_to_first();
+        // The copy holds the source's packs: its deletes must hide their entries too.
+        let pack_floor = source.pack_floor.load(Ordering::Acquire);
+        if pack_floor != u64::MAX {
+            self.lower_pack_floor(&target, pack_floor)?;
+        }
         let mut batch = rocksdb::WriteBatch::default();
         let mut copied = 0u64;
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {

@@ -10,6 +10,9 @@
 //! * `rowid_allocation` — where a new row gets its rowid, and why no rowid
 //!   is ever handed out twice.
 //! * `put_batch` — atomic writes of row versions and deletes.
+//! * `packing` — new rows written as packs, and the floor above which a
+//!   delete must hide a packed entry.
+//! * `row_view` — the rows as readers see them, packs opened.
 //! * `scan` — range reads: every entry, or a row's few newest versions.
 //! * `persistence` — flush flags, memtable flushes, the persistence report.
 //! * `delete_markers` — the options that keep deleted keys from slowing
@@ -41,8 +44,10 @@ mod config;
 mod delete_markers;
 mod error;
 mod locks;
+mod packing;
 mod persistence;
 mod put_batch;
+mod row_view;
 mod rowid_allocation;
 mod scan;
 mod stall;
@@ -99,6 +104,8 @@ pub struct Engine {
     row_cache: Option<RowCache>,
     retired_cfs: Mutex<std::collections::HashSet<CfRef>>,
     durability: Durability,
+    /// [`EngineConfig::pack_new_rows`].
+    pack_new_rows: bool,
     opened_clean: bool,
     _block_cache: Cache,
     _write_buffer_manager: WriteBufferManager,
@@ -227,8 +234,14 @@ impl Engine {
                 .map_err(rocks("read a creation LSN"))?
                 .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
                 .map_or(0, u64::from_le_bytes);
+            let pack_floor = db
+                .get_cf(&meta, packing::pack_floor_key(&name))
+                .map_err(rocks("read a pack floor"))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(u64::MAX, u64::from_le_bytes);
             let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
             entry.size_end.store(written_end, Ordering::Relaxed);
+            entry.pack_floor.store(pack_floor, Ordering::Relaxed);
             if let Some(flag) = read_flag(&db, &name, true)? {
                 entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
             }
@@ -278,6 +291,7 @@ impl Engine {
             row_cache: cfg.row_cache,
             retired_cfs: Mutex::new(std::collections::HashSet::new()),
             durability: cfg.durability,
+            pack_new_rows: cfg.pack_new_rows,
             opened_clean,
             _block_cache: block_cache,
             _write_buffer_manager: write_buffer_manager,

@@ -9,6 +9,8 @@
 //!   other key is refused whole, before anything is written.
 //! * Before the write, the CF's `max_lsn` covers the batch's LSN (WAL before
 //!   data) and `next_rowid` is past every rowid the batch creates.
+//! * A CF with packs (`packing.rs`) gets its batches through
+//!   `packing::write_batch_with_packs`, which keeps their rules.
 //! * A batch racing a DROP of its CF fails alone: the write options let
 //!   RocksDB skip a CF that vanished, and the CF is looked up again after.
 
@@ -16,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use rocksdb::WriteBatch;
 
-use super::{Engine, EngineError};
+use super::{packing, Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID};
 use crate::protocol::{CfRef, EntryBatch};
 
@@ -52,13 +54,23 @@ impl Engine {
         }
         // Raised before the write, so no allocation can hand out a rowid that
         // is already visible in the CF (replay writes rows nobody allocated).
+        let mut size_end_before = u64::MAX;
         if let Some(max_rowid) = max_rowid {
             entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
-            entry.size_end.fetch_max(max_rowid + 1, Ordering::Relaxed);
+            size_end_before = entry.size_end.fetch_max(max_rowid + 1, Ordering::Relaxed);
         }
+        let groups = if self.pack_new_rows { packing::packable_groups(batch, size_end_before) } else { Vec::new() };
+        if let Some(&first) = groups.first() {
+            let lowest = batch.iter().nth(first).and_then(|(key, _)| decode_row_key(key)).map_or(0, |(rowid, _)| rowid);
+            self.lower_pack_floor(&entry, lowest)?;
+        }
+        let pack_floor = entry.pack_floor.load(Ordering::Acquire);
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
         let build = || {
+            if pack_floor != u64::MAX {
+                return packing::write_batch_with_packs(&handle, batch, &groups, pack_floor);
+            }
             let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
             for (key, value) in batch.iter() {
                 if value.is_empty() {

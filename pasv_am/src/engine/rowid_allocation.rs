@@ -27,6 +27,7 @@ use super::cf_registry::TableEntry;
 use super::error::{rocks, rocks_with};
 use super::{Db, Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
+use crate::pack::{decode_pack_key, Pack};
 use crate::protocol::CfRef;
 
 /// Meta CF key prefix of a CF's durable rowid floor (followed by the CF
@@ -108,6 +109,14 @@ impl Engine {
     }
 }
 
+/// The last entry's key of the pack `(key, value)`: the CF's last key is a
+/// pack when its group's rows all sit in it.
+fn last_packed_row(key: &[u8], value: &[u8]) -> Option<(u64, u32)> {
+    let pack = Pack::parse(decode_pack_key(key)?, value).ok()?;
+    let (rowid, version, _) = pack.entry(pack.len().checked_sub(1)?);
+    Some((rowid, version))
+}
+
 pub(super) fn rowid_floor_key(cf_name: &str) -> Vec<u8> {
     [ROWID_FLOOR_PREFIX, cf_name.as_bytes()].concat()
 }
@@ -125,7 +134,7 @@ pub(super) fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineErr
     let mut iter = db.raw_iterator_cf_opt(&handle, read_options);
     iter.seek_to_last();
     let last = match iter.key() {
-        Some(key) => match decode_row_key(key) {
+        Some(key) => match decode_row_key(key).or_else(|| last_packed_row(key, iter.value()?)) {
             Some((rowid, _)) if rowid <= MAX_ROWID => Some(rowid),
             _ => {
                 return Err(EngineError::Corruption(format!(

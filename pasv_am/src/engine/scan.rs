@@ -3,7 +3,8 @@
 //!
 //! Owns `scan` and `scan_rows` and the iterator tuning they rely on. A scan
 //! finds its CF in the registry and holds no engine lock while it iterates.
-//! Calls RocksDB iterators and the protocol's [`ScanWriter`].
+//! Calls RocksDB iterators through `row_view` (which opens packs) and the
+//! protocol's [`ScanWriter`].
 //!
 //! Invariants:
 //! * Entries come in ascending key order, so a row's versions come newest
@@ -16,8 +17,10 @@
 
 use rocksdb::ReadOptions;
 
-use super::error::rocks_with;
-use super::{Db, Engine, EngineError};
+use std::sync::atomic::Ordering;
+
+use super::row_view::RowView;
+use super::{Engine, EngineError};
 use crate::keys::{decode_row_key, row_key, within_one_prefix, MAX_ROWID};
 use crate::protocol::{CfRef, ScanWriter};
 
@@ -63,10 +66,6 @@ fn first_row_at_or_past(end: &[u8]) -> u64 {
     first.min(MAX_ROWID + 1)
 }
 
-fn is_incomplete<D: rocksdb::DBAccess>(iter: &rocksdb::DBRawIteratorWithThreadMode<'_, D>) -> bool {
-    matches!(iter.status(), Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete)
-}
-
 impl Engine {
     /// Appends the entries with keys in `[start, end)` to `out`, ascending,
     /// until `out` is full or an entry does not fit. Returns whether entries
@@ -108,7 +107,8 @@ impl Engine {
             // an Incomplete status; the scan then seeks instead (below).
             read_options.set_max_skippable_internal_keys(MAX_SKIPPED_PER_STEP);
         }
-        let mut iter = self.db.raw_iterator_cf_opt(&handle, read_options);
+        let pack_floor = entry.pack_floor.load(Ordering::Acquire);
+        let mut iter = RowView::new(self.db.raw_iterator_cf_opt(&handle, read_options), end, pack_floor);
         // Whether `iter` still gives up after MAX_SKIPPED_PER_STEP deleted keys.
         let mut capped = per_row > 0;
         // Positions `iter` at the first entry >= target. A capped iterator
@@ -119,10 +119,10 @@ impl Engine {
         // creations, such as a row just moved to the table's end, was
         // invisible to the capped one, which gave up again and again at the
         // same place, for ever.)
-        let reposition = |iter: &mut rocksdb::DBRawIteratorWithThreadMode<'a, Db>, capped: &mut bool, target: &[u8]| {
+        let reposition = |iter: &mut RowView<'a>, capped: &mut bool, target: &[u8]| {
             iter.seek(target);
-            if *capped && is_incomplete(iter) {
-                *iter = self.db.raw_iterator_cf_opt(&handle, range_read_options(start, end));
+            if *capped && iter.is_incomplete() {
+                *iter = RowView::new(self.db.raw_iterator_cf_opt(&handle, range_read_options(start, end)), end, pack_floor);
                 *capped = false;
                 iter.seek(target);
             }
@@ -140,7 +140,7 @@ impl Engine {
         let mut last_version = 0u32;
         loop {
             let Some((key, value)) = iter.item() else {
-                if capped && is_incomplete(&iter) {
+                if capped && iter.is_incomplete() {
                     // Stepping hit a run of deleted keys. Inside a row that
                     // still owes versions, go on just after the last one
                     // returned: a live older version may lie beyond the run
@@ -218,8 +218,7 @@ impl Engine {
             }
             iter.next();
         }
-        iter.status()
-            .map_err(rocks_with(|| format!("scan {}", entry.name)))?;
+        iter.status(&entry.name)?;
         Ok(false)
     }
 }

@@ -50,6 +50,7 @@ pub fn config(dir: &TempDir) -> EngineConfig {
         durability: Durability::Pasv,
         max_open_files: -1,
         row_cache: None,
+        pack_new_rows: false,
     }
 }
 
