@@ -222,23 +222,12 @@ impl Engine {
         let mut tables = HashMap::with_capacity(newest.len());
         for (key, cf) in newest {
             let name = cf.name();
-            let floor = db
-                .get_cf(&meta, rowid_floor_key(&name))
-                .map_err(rocks("read a rowid floor"))?
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map_or(0, u64::from_le_bytes);
+            let floor = read_meta_u64(&db, &meta, &rowid_floor_key(&name), "read a rowid floor")?.unwrap_or(0);
             let written_end = next_rowid_from_data(&db, &name)?;
             let next_rowid = written_end.max(floor);
-            let created_lsn = db
-                .get_cf(&meta, created_lsn_key(&name))
-                .map_err(rocks("read a creation LSN"))?
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map_or(0, u64::from_le_bytes);
-            let pack_floor = db
-                .get_cf(&meta, packing::pack_floor_key(&name))
-                .map_err(rocks("read a pack floor"))?
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map_or(u64::MAX, u64::from_le_bytes);
+            let created_lsn = read_meta_u64(&db, &meta, &created_lsn_key(&name), "read a creation LSN")?.unwrap_or(0);
+            let pack_floor =
+                read_meta_u64(&db, &meta, &packing::pack_floor_key(&name), "read a pack floor")?.unwrap_or(u64::MAX);
             let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
             entry.size_end.store(written_end, Ordering::Relaxed);
             entry.pack_floor.store(pack_floor, Ordering::Relaxed);
@@ -331,10 +320,7 @@ impl Engine {
             drop(self);
             return Ok(());
         }
-        let meta = self.meta_handle()?;
-        self.write_one(&meta, CLEAN_CLOSE_KEY, &[1u8], || "write the clean-close marker".to_owned())?;
-        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))?;
-        drop(meta);
+        self.persist_meta(CLEAN_CLOSE_KEY, &[1u8], "write the clean-close marker")?;
         drop(self);
         Ok(())
     }
@@ -353,6 +339,24 @@ impl Engine {
             .cf_handle(META_CF)
             .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))
     }
+
+    /// Writes `key` in the meta CF and flushes it: RocksDB's WAL is off, so
+    /// only a flush makes the value durable.
+    fn persist_meta(&self, key: &[u8], value: &[u8], what: &str) -> Result<(), EngineError> {
+        let meta = self.meta_handle()?;
+        self.write_one(&meta, key, value, || what.to_owned())?;
+        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
+    }
+}
+
+/// The u64 (little-endian) stored under `key` in the meta CF; `None` if
+/// there is none (or it is not 8 bytes).
+fn read_meta_u64(db: &Db, meta: &impl rocksdb::AsColumnFamilyRef, key: &[u8], what: &'static str) -> Result<Option<u64>, EngineError> {
+    Ok(db
+        .get_cf(meta, key)
+        .map_err(rocks(what))?
+        .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+        .map(u64::from_le_bytes))
 }
 
 impl std::fmt::Debug for Engine {

@@ -38,14 +38,14 @@ pub(super) fn pack_floor_key(cf_name: &str) -> Vec<u8> {
     [PACK_FLOOR_PREFIX, cf_name.as_bytes()].concat()
 }
 
-/// The whole groups of `batch` to write as packs: their first entries'
-/// indexes (each group's `PACK_ROWS` entries follow it), or none unless
+/// The whole groups of `batch` to write as packs: the index of each one's
+/// first entry (its `PACK_ROWS` entries follow) and its first rowid, or none unless
 /// every entry is a new row's version 0, in ascending rowid order. New:
 /// at or past `size_end` (one past the highest row ever written before the
 /// batch) and not frozen. VACUUM's freeze rewrites version 0 of rows that
 /// exist, in the same shape; packed, its copies would lose to the row keys
 /// the rows may already have.
-pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<usize> {
+pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<(usize, u64)> {
     let mut groups = Vec::new();
     let mut previous: Option<u64> = None;
     // Where the current run of consecutive rowids began.
@@ -63,7 +63,7 @@ pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<usize
         // A group is whole once its last rowid arrives within the run.
         let base = group_base(rowid);
         if rowid == base + PACK_ROWS - 1 && run_start.1 <= base {
-            groups.push(run_start.0 + (base - run_start.1) as usize);
+            groups.push((run_start.0 + (base - run_start.1) as usize, base));
         }
     }
     groups
@@ -85,26 +85,23 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn persist_pack_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
-        let meta = self.meta_handle()?;
-        self.write_one(&meta, &pack_floor_key(name), &floor.to_le_bytes(), || "persist a pack floor".to_owned())?;
-        self.db.flush_cf(&meta).map_err(super::error::rocks("flush the meta column family"))
+    fn persist_pack_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
+        self.persist_meta(&pack_floor_key(name), &floor.to_le_bytes(), "persist a pack floor")
     }
 }
 
-/// The RocksDB write of `batch`: the groups at `groups` (from
-/// [`packable_groups`]) as packs, every other entry as its own key, and the
-/// deletes of version 0 at or above `pack_floor` as markers.
-pub(super) fn write_batch_with_packs(handle: &impl rocksdb::AsColumnFamilyRef, batch: EntryBatch<'_>, groups: &[usize], pack_floor: u64) -> WriteBatch {
+/// The RocksDB write of `batch`: the groups in `groups` (from
+/// [`packable_groups`]) as packs, every other entry as its own key (an
+/// empty value deletes it), and the deletes of version 0 at or above
+/// `pack_floor` as markers. A CF without packs passes no group and a floor
+/// of `u64::MAX`: every entry is then written as it comes.
+pub(super) fn build_write(handle: &impl rocksdb::AsColumnFamilyRef, batch: EntryBatch<'_>, groups: &[(usize, u64)], pack_floor: u64) -> WriteBatch {
     let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
     let mut next_group = groups.iter().copied().peekable();
     let mut pack: Option<PackBuilder> = None;
     for (i, (key, value)) in batch.iter().enumerate() {
-        if next_group.peek() == Some(&i) {
-            next_group.next();
-            if let Some((rowid, _)) = decode_row_key(key) {
-                pack = Some(PackBuilder::new(group_base(rowid)));
-            }
+        if let Some((_, base)) = next_group.next_if(|&(first, _)| first == i) {
+            pack = Some(PackBuilder::new(base));
         }
         if let Some(builder) = pack.as_mut() {
             if let Some((rowid, version)) = decode_row_key(key) {
@@ -145,7 +142,7 @@ mod tests {
             let value = if put { crate::engine::test_support::value(rowid, 3) } else { Vec::new() };
             batch.push(&row_key(rowid, version), &value).unwrap();
         }
-        packable_groups(batch.as_batch(), 0)
+        packable_groups(batch.as_batch(), 0).into_iter().map(|(first, _)| first).collect()
     }
 
     #[test]

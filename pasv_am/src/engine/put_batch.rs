@@ -9,14 +9,12 @@
 //!   other key is refused whole, before anything is written.
 //! * Before the write, the CF's `max_lsn` covers the batch's LSN (WAL before
 //!   data) and `next_rowid` is past every rowid the batch creates.
-//! * A CF with packs (`packing.rs`) gets its batches through
-//!   `packing::write_batch_with_packs`, which keeps their rules.
+//! * The RocksDB write is `packing::build_write`'s, which keeps the rules
+//!   of packs (`packing.rs`) in a CF that has them.
 //! * A batch racing a DROP of its CF fails alone: the write options let
 //!   RocksDB skip a CF that vanished, and the CF is looked up again after.
 
 use std::sync::atomic::Ordering;
-
-use rocksdb::WriteBatch;
 
 use super::{packing, Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID};
@@ -60,28 +58,13 @@ impl Engine {
             size_end_before = entry.size_end.fetch_max(max_rowid + 1, Ordering::Relaxed);
         }
         let groups = if self.pack_new_rows { packing::packable_groups(batch, size_end_before) } else { Vec::new() };
-        if let Some(&first) = groups.first() {
-            let lowest = batch.iter().nth(first).and_then(|(key, _)| decode_row_key(key)).map_or(0, |(rowid, _)| rowid);
+        if let Some(&(_, lowest)) = groups.first() {
             self.lower_pack_floor(&entry, lowest)?;
         }
         let pack_floor = entry.pack_floor.load(Ordering::Acquire);
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
-        let build = || {
-            if pack_floor != u64::MAX {
-                return packing::write_batch_with_packs(&handle, batch, &groups, pack_floor);
-            }
-            let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
-            for (key, value) in batch.iter() {
-                if value.is_empty() {
-                    // An empty value deletes the key (see protocol::Request::PutBatch).
-                    write.delete_cf(&handle, key);
-                } else {
-                    write.put_cf(&handle, key, value);
-                }
-            }
-            write
-        };
+        let build = || packing::build_write(&handle, batch, &groups, pack_floor);
         self.write_batch(build, || format!("write {} entries into {}", batch.len(), entry.name))?;
         // Written, not yet acknowledged: the cache follows (row_cache.rs).
         if let Some(cache) = &self.row_cache {

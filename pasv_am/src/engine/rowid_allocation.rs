@@ -24,7 +24,7 @@ use std::sync::PoisonError;
 use rocksdb::ReadOptions;
 
 use super::cf_registry::TableEntry;
-use super::error::{rocks, rocks_with};
+use super::error::rocks_with;
 use super::{Db, Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
 use crate::pack::{decode_pack_key, Pack};
@@ -103,9 +103,7 @@ impl Engine {
     /// Writes and flushes the rowid floor of the CF `name` (RocksDB's WAL is
     /// off: only a flush makes it durable).
     pub(super) fn persist_rowid_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
-        let meta = self.meta_handle()?;
-        self.write_one(&meta, &rowid_floor_key(name), &floor.to_le_bytes(), || "persist a rowid floor".to_owned())?;
-        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
+        self.persist_meta(&rowid_floor_key(name), &floor.to_le_bytes(), "persist a rowid floor")
     }
 }
 
