@@ -186,7 +186,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
         durability: crate::guc::durability().engine(),
         max_open_files: table_file_budget(),
         row_cache: crate::shmem::row_cache(),
-        pack_new_rows: false,
+        pack_new_rows: crate::guc::PACK_NEW_ROWS.get(),
     };
     if let Err(e) = check_not_a_restored_copy() {
         header.engine_state.store(ENGINE_FAILED, Ordering::Release);

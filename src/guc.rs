@@ -55,6 +55,7 @@ pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static HOT_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static PACK_NEW_ROWS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
     GucRegistry::define_enum_guc(
@@ -126,6 +127,15 @@ pub fn register() {
         16384,
         GucContext::Postmaster,
         GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_bool_guc(
+        c"pasv.pack_new_rows",
+        c"Stores each whole group of 64 new rows that one bulk write brings (INSERT ... SELECT, COPY) as one RocksDB entry.",
+        c"Scans and bulk loads then step over a group at once (on by default; HOT_PATH.md section 44). Off writes every row \
+          under its own key; packs already written are read either way.",
+        &PACK_NEW_ROWS,
+        GucContext::Postmaster,
+        GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
         c"pasv.move_unindexed_updates",

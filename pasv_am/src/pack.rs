@@ -8,21 +8,26 @@
 //! engine ever sees one.
 //!
 //! Invariants:
-//! * A pack key is the 8-byte rowid (big-endian) of its group's first row,
-//!   a multiple of [`PACK_ROWS`]: it sorts before every row key of its group
-//!   (a shorter key with the same prefix) and after every key of the group
-//!   before, and it falls within RocksDB's rowid prefix.
+//! * Groups split each rowid block (`keys::ROWS_PER_BLOCK`) into runs of
+//!   [`PACK_ROWS`] rowids from its first (the last run shorter): a backend
+//!   fills a block from its first rowid on, so a bulk load's rows of a
+//!   block fill its groups from their starts.
+//! * A pack key is the 8-byte rowid (big-endian) of its group's first
+//!   rowid: it sorts before every row key of its group (a shorter key with
+//!   the same prefix) and after every key of the group before, and it falls
+//!   within RocksDB's rowid prefix. A group has at most one pack.
 //! * A pack's entries are row keys of its group in key order (rowid
-//!   ascending, versions newest first), each at most once.
-//! * A pack is written once, with the group's first versions, and never
+//!   ascending, versions newest first), each at most once; any of the
+//!   group's rows may be missing.
+//! * A pack is written once, with the first versions of its rows, and never
 //!   changed. A row key written later shadows the packed entry with the same
 //!   key (the row key is always the newer); a row key whose value is
 //!   [`HIDDEN`] hides it and is not an entry itself.
 
-use crate::keys::{row_key, ROWID_PREFIX_LEN, ROW_KEY_LEN};
+use crate::keys::{row_key, ROWID_PREFIX_LEN, ROWS_PER_BLOCK, ROW_KEY_LEN};
 
-/// Rows a pack covers: rowids `[base, base + PACK_ROWS)` with `base` a
-/// multiple of it. 64 rows of ~100 bytes keep a pack near RocksDB's 4 kB
+/// Rowids a group covers: `[base, base + PACK_ROWS)`, cut short at the
+/// end of its block. 64 rows of ~100 bytes keep a pack near RocksDB's 4 kB
 /// blocks' scale while taking the per-entry cost down 64-fold.
 pub const PACK_ROWS: u64 = 64;
 
@@ -40,11 +45,12 @@ const PREAMBLE_LEN: usize = 3;
 /// value in the value area (u32 LE).
 const DIRECTORY_ENTRY_LEN: usize = 9;
 
-const _: () = assert!(PACK_ROWS <= 256 && PACK_ROWS.is_power_of_two());
+const _: () = assert!(PACK_ROWS <= 256 && PACK_ROWS <= ROWS_PER_BLOCK);
 
 /// First rowid of the group holding `rowid`.
 pub fn group_base(rowid: u64) -> u64 {
-    rowid & !(PACK_ROWS - 1)
+    let in_block = rowid % ROWS_PER_BLOCK;
+    rowid - in_block % PACK_ROWS
 }
 
 /// Key of the pack of the group whose first rowid is `base`.
@@ -56,7 +62,7 @@ pub fn pack_key(base: u64) -> [u8; PACK_KEY_LEN] {
 /// bytes naming a group's first rowid.
 pub fn decode_pack_key(key: &[u8]) -> Option<u64> {
     let base = u64::from_be_bytes(key.try_into().ok()?);
-    (base % PACK_ROWS == 0).then_some(base)
+    (group_base(base) == base).then_some(base)
 }
 
 /// Whether a row key's value is the marker that hides a packed entry.
@@ -155,7 +161,7 @@ impl<'a> Pack<'a> {
             if end < start || end > pack.values.len() {
                 return Err(bad("a value's bounds are out of place"));
             }
-            if rowid - base >= PACK_ROWS || last.is_some_and(|(r, v)| rowid < r || (rowid == r && version >= v)) {
+            if group_base(rowid) != base || last.is_some_and(|(r, v)| rowid < r || (rowid == r && version >= v)) {
                 return Err(bad("entries out of key order or outside the group"));
             }
             start = end;
@@ -224,7 +230,7 @@ mod tests {
 
     #[test]
     fn pack_keys_sort_between_groups() {
-        let base = 5 * PACK_ROWS;
+        let base = 5 * ROWS_PER_BLOCK + PACK_ROWS;
         let key = pack_key(base);
         assert!(key.as_slice() > row_key(base - 1, 0).as_slice());
         assert!(key.as_slice() < row_key(base, u32::MAX).as_slice());
@@ -233,6 +239,19 @@ mod tests {
         assert_eq!(decode_pack_key(&pack_key(base + 1)), None);
         assert_eq!(decode_pack_key(&row_key(base, 0)), None);
         assert_eq!(group_base(base + PACK_ROWS - 1), base);
+    }
+
+    #[test]
+    fn groups_start_at_block_starts() {
+        let block = 7 * ROWS_PER_BLOCK;
+        let bases: Vec<u64> = (block..block + ROWS_PER_BLOCK).map(group_base).collect();
+        let mut starts = bases.clone();
+        starts.dedup();
+        let expected: Vec<u64> = (0..ROWS_PER_BLOCK.div_ceil(PACK_ROWS)).map(|k| block + k * PACK_ROWS).collect();
+        assert_eq!(starts, expected);
+        assert_eq!(group_base(block + ROWS_PER_BLOCK), block + ROWS_PER_BLOCK, "the next block starts a group");
+        assert_eq!(group_base(block - 1), block - ROWS_PER_BLOCK + 4 * PACK_ROWS, "the last group is short");
+        assert!(bases.iter().all(|&b| decode_pack_key(&pack_key(b)) == Some(b)));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use rocksdb::{properties, BoundColumnFamily};
 
 use super::error::{rocks, rocks_with};
 use super::persistence::FlagState;
-use super::{Db, Engine, EngineError};
+use super::{packing, Db, Engine, EngineError};
 use crate::cf_name::{TableCf, META_CF};
 use crate::keys::RESERVED_KEY_PREFIX;
 use crate::protocol::CfRef;
@@ -57,8 +57,9 @@ pub struct CfInfo {
     /// Estimated live data in SST files plus the memtables' size.
     pub approx_bytes: u64,
     /// Entries a full scan walks: every version and delete marker in the
-    /// memtables plus RocksDB's estimate of the SST files' keys. Hot rows
-    /// pile versions and pruning's delete markers up here until a flush.
+    /// memtables plus RocksDB's estimate of the SST files' keys, a pack
+    /// counted as the rows it holds. Hot rows pile versions and pruning's
+    /// delete markers up here until a flush.
     pub entries: u64,
 }
 
@@ -78,6 +79,9 @@ pub(super) struct TableEntry {
     /// The lowest group that may hold a pack (`u64::MAX`: none), persisted
     /// before it is lowered (`packing.rs`), under `floor_raise`.
     pub(super) pack_floor: AtomicU64,
+    /// Rows packs hold beyond their keys: entries of the view that
+    /// RocksDB's key count misses (an estimate, `packing::FOLDED_ROWS_KEY`).
+    pub(super) folded_rows: AtomicU64,
     /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
     /// (shared with the flush listener).
     pub(super) max_lsn: Arc<AtomicU64>,
@@ -98,6 +102,7 @@ impl TableEntry {
             rowid_floor: AtomicU64::new(next_rowid),
             floor_raise: Mutex::new(()),
             pack_floor: AtomicU64::new(u64::MAX),
+            folded_rows: AtomicU64::new(0),
             max_lsn: Arc::new(AtomicU64::new(0)),
             flag: Mutex::new(FlagState::default()),
             created_lsn,
@@ -296,6 +301,11 @@ impl Engine {
             iter.next();
         }
         iter.status().map_err(rocks_with(|| format!("read {} to copy it", source.name)))?;
+        let folded = source.folded_rows.load(Ordering::Relaxed);
+        if folded > 0 {
+            target.folded_rows.store(folded, Ordering::Relaxed);
+            batch.put_cf(&target_handle, packing::FOLDED_ROWS_KEY, folded.to_le_bytes());
+        }
         self.write_copy(&mut batch, &target.name)?;
         self.skip_rowids_below(&target, source.next_rowid.load(Ordering::Relaxed))?;
         target.size_end.fetch_max(source.size_end.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -337,8 +347,12 @@ impl Engine {
             approx_bytes: property(properties::ESTIMATE_LIVE_DATA_SIZE)?
                 .saturating_add(property(properties::CUR_SIZE_ALL_MEM_TABLES)?),
             // RocksDB's key estimate subtracts each memtable delete twice
-            // (it and the put it hides); a scan steps over both.
-            entries: approx_keys.saturating_add(memtable_deletes.saturating_mul(2)).max(memtable_entries),
+            // (it and the put it hides); a scan steps over both. A pack is
+            // one key in both figures and as many entries as it has rows.
+            entries: approx_keys
+                .saturating_add(memtable_deletes.saturating_mul(2))
+                .max(memtable_entries)
+                .saturating_add(entry.folded_rows.load(Ordering::Relaxed)),
         })
     }
 

@@ -56,8 +56,7 @@ pub struct EngineConfig {
     pub max_open_files: i32,
     /// The row cache the engine keeps current (None: no cache).
     pub row_cache: Option<crate::row_cache::RowCache>,
-    /// Write whole groups of new rows as packs (`crate::pack`). Off in the
-    /// extension until sizes, point reads and recovery are measured with it
-    /// (HOT_PATH §44); packs already written are read either way.
+    /// Write whole groups of new rows as packs (`crate::pack`;
+    /// `pasv.pack_new_rows`); packs already written are read either way.
     pub pack_new_rows: bool,
 }

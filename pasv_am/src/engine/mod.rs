@@ -231,6 +231,11 @@ impl Engine {
             let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
             entry.size_end.store(written_end, Ordering::Relaxed);
             entry.pack_floor.store(pack_floor, Ordering::Relaxed);
+            if pack_floor != u64::MAX {
+                let handle = db.cf_handle(&name).ok_or_else(|| EngineError::Corruption(format!("column family {name} is missing")))?;
+                let folded = read_meta_u64(&db, &handle, packing::FOLDED_ROWS_KEY, "read a count of packed rows")?;
+                entry.folded_rows.store(folded.unwrap_or(0), Ordering::Relaxed);
+            }
             if let Some(flag) = read_flag(&db, &name, true)? {
                 entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
             }
@@ -349,11 +354,12 @@ impl Engine {
     }
 }
 
-/// The u64 (little-endian) stored under `key` in the meta CF; `None` if
-/// there is none (or it is not 8 bytes).
-fn read_meta_u64(db: &Db, meta: &impl rocksdb::AsColumnFamilyRef, key: &[u8], what: &'static str) -> Result<Option<u64>, EngineError> {
+/// The u64 (little-endian) stored under `key` in `cf` (the meta CF, or a
+/// table's for its reserved keys); `None` if there is none (or it is not 8
+/// bytes).
+fn read_meta_u64(db: &Db, cf: &impl rocksdb::AsColumnFamilyRef, key: &[u8], what: &'static str) -> Result<Option<u64>, EngineError> {
     Ok(db
-        .get_cf(meta, key)
+        .get_cf(cf, key)
         .map_err(rocks(what))?
         .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
         .map(u64::from_le_bytes))

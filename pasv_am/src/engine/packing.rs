@@ -1,5 +1,5 @@
-//! Where packs come from: a batch of new rows written as packs of
-//! `pack::PACK_ROWS`, and the per-CF pack floor that tells every later
+//! Where packs come from: a batch of new rows written as packs of up to
+//! `pack::PACK_ROWS` rows, and the per-CF pack floor that tells every later
 //! delete whether it must hide a packed entry.
 //!
 //! Owns the packing rule for `put_batch`, the pack floor (kept in the meta
@@ -7,10 +7,10 @@
 //! writes and flushes) and `crate::pack`.
 //!
 //! Invariants:
-//! * A pack holds version 0 of each row of a whole group, written by one
-//!   batch that writes nothing else: the first write of new rows (a bulk
-//!   INSERT or COPY, or its replay). So only the delete of a version 0 can
-//!   meet a packed entry.
+//! * A pack holds version 0 of rows of a group no write touched before,
+//!   written by one batch that writes nothing else: the first write of new
+//!   rows (a bulk INSERT or COPY, or its replay). So only the delete of a
+//!   version 0 can meet a packed entry, and no pack overwrites another.
 //! * The floor is durable, and at or below every pack's group, before any
 //!   pack is written: a crash cannot leave a pack that a delete after
 //!   recovery would miss. Deletes of version 0 at or above the floor are
@@ -26,8 +26,8 @@ use rocksdb::WriteBatch;
 
 use super::cf_registry::TableEntry;
 use super::{Engine, EngineError};
-use crate::keys::decode_row_key;
-use crate::pack::{group_base, pack_key, PackBuilder, HIDDEN, PACK_ROWS};
+use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX};
+use crate::pack::{group_base, pack_key, PackBuilder, HIDDEN};
 use crate::protocol::EntryBatch;
 
 /// Meta CF key prefix of a CF's pack floor (followed by the CF name; u64
@@ -38,35 +38,63 @@ pub(super) fn pack_floor_key(cf_name: &str) -> Vec<u8> {
     [PACK_FLOOR_PREFIX, cf_name.as_bytes()].concat()
 }
 
-/// The whole groups of `batch` to write as packs: the index of each one's
-/// first entry (its `PACK_ROWS` entries follow) and its first rowid, or none unless
-/// every entry is a new row's version 0, in ascending rowid order. New:
-/// at or past `size_end` (one past the highest row ever written before the
-/// batch) and not frozen. VACUUM's freeze rewrites version 0 of rows that
-/// exist, in the same shape; packed, its copies would lose to the row keys
-/// the rows may already have.
-pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<(usize, u64)> {
-    let mut groups = Vec::new();
+/// Table CF key of the rows packs hold beyond their keys (u64
+/// little-endian): the entries of the view that RocksDB's key count misses.
+/// Put by the write of every batch that packs, it reaches disk with those
+/// packs, and a replay that writes them again counts them again. An
+/// estimate for the planner's sizes (`CfInfo::entries`): two batches may
+/// put their totals in the other order, and rows hidden later still count.
+pub(super) const FOLDED_ROWS_KEY: &[u8] = &[RESERVED_KEY_PREFIX, b'f', b'o', b'l', b'd', b'e', b'd'];
+
+/// Fewer rows of a group than this stay row keys: a pack saves a
+/// scan one RocksDB step per row it holds beyond the first, and costs a
+/// read of one row an extra seek.
+pub(super) const MIN_PACK_ROWS: usize = 8;
+
+/// A group of a batch to write as one pack: its entries are
+/// `first..first + len` of the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PackRun {
+    pub(super) first: usize,
+    pub(super) len: usize,
+    pub(super) base: u64,
+}
+
+/// The groups of `batch` to write as packs: none unless every entry is a
+/// new row's version 0, in ascending rowid order (new: at or past
+/// `size_end`, one past the highest row written before the batch, and not
+/// frozen); then every group with at least [`MIN_PACK_ROWS`] rows in the
+/// batch and none written before it (its first rowid at or past
+/// `size_end`: so the group has no pack yet). VACUUM's freeze rewrites
+/// version 0 of rows that exist, in the same shape; packed, its copies
+/// would lose to the row keys the rows may already have.
+pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackRun> {
+    let mut runs = Vec::new();
     let mut previous: Option<u64> = None;
-    // Where the current run of consecutive rowids began.
-    let mut run_start = (0usize, 0u64);
+    let mut run: Option<PackRun> = None;
+    let mut close = |run: Option<PackRun>| {
+        if let Some(run) = run.filter(|r| r.len >= MIN_PACK_ROWS && r.base >= size_end) {
+            runs.push(run);
+        }
+    };
     for (i, (key, value)) in batch.iter().enumerate() {
         let Some((rowid, 0)) = decode_row_key(key) else { return Vec::new() };
         let frozen = crate::row::RowHeader::decode(value).map_or(true, |(h, _)| h.flags & crate::row::FLAG_FROZEN != 0);
         if rowid < size_end || frozen || previous.is_some_and(|p| rowid <= p) {
             return Vec::new();
         }
-        if previous != Some(rowid.wrapping_sub(1)) {
-            run_start = (i, rowid);
-        }
         previous = Some(rowid);
-        // A group is whole once its last rowid arrives within the run.
         let base = group_base(rowid);
-        if rowid == base + PACK_ROWS - 1 && run_start.1 <= base {
-            groups.push((run_start.0 + (base - run_start.1) as usize, base));
+        match run.as_mut() {
+            Some(r) if r.base == base => r.len += 1,
+            _ => {
+                close(run.take());
+                run = Some(PackRun { first: i, len: 1, base });
+            }
         }
     }
-    groups
+    close(run);
+    runs
 }
 
 impl Engine {
@@ -90,28 +118,38 @@ impl Engine {
     }
 }
 
-/// The RocksDB write of `batch`: the groups in `groups` (from
+/// The RocksDB write of `batch`: the groups in `packs` (from
 /// [`packable_groups`]) as packs, every other entry as its own key (an
 /// empty value deletes it), and the deletes of version 0 at or above
 /// `pack_floor` as markers. A CF without packs passes no group and a floor
-/// of `u64::MAX`: every entry is then written as it comes.
-pub(super) fn build_write(handle: &impl rocksdb::AsColumnFamilyRef, batch: EntryBatch<'_>, groups: &[(usize, u64)], pack_floor: u64) -> WriteBatch {
+/// of `u64::MAX`: every entry is then written as it comes. `folded`: the
+/// CF's [`FOLDED_ROWS_KEY`] count with `packs` in it, put when `packs` is
+/// not empty.
+pub(super) fn build_write(
+    handle: &impl rocksdb::AsColumnFamilyRef,
+    batch: EntryBatch<'_>,
+    packs: &[PackRun],
+    pack_floor: u64,
+    folded: u64,
+) -> WriteBatch {
     let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
-    let mut next_group = groups.iter().copied().peekable();
-    let mut pack: Option<PackBuilder> = None;
+    if !packs.is_empty() {
+        write.put_cf(handle, FOLDED_ROWS_KEY, folded.to_le_bytes());
+    }
+    let mut next_pack = packs.iter().copied().peekable();
+    let mut pack: Option<(PackBuilder, usize)> = None;
     for (i, (key, value)) in batch.iter().enumerate() {
-        if let Some((_, base)) = next_group.next_if(|&(first, _)| first == i) {
-            pack = Some(PackBuilder::new(base));
+        if let Some(run) = next_pack.next_if(|run| run.first == i) {
+            pack = Some((PackBuilder::new(run.base), run.first + run.len));
         }
-        if let Some(builder) = pack.as_mut() {
+        if let Some((builder, end)) = pack.as_mut() {
             if let Some((rowid, version)) = decode_row_key(key) {
-                // packable_groups gave a whole group of new rows in order.
+                // packable_groups gave a group of new rows in order.
                 let pushed = builder.push(rowid, version, value);
                 debug_assert!(pushed);
-                if builder.len() as u64 == PACK_ROWS {
-                    if let Some(done) = pack.take() {
-                        let base = done.base();
-                        write.put_cf(handle, pack_key(base), done.finish());
+                if i + 1 == *end {
+                    if let Some((done, _)) = pack.take() {
+                        write.put_cf(handle, pack_key(done.base()), done.finish());
                     }
                 }
                 continue;
@@ -130,39 +168,72 @@ pub(super) fn build_write(handle: &impl rocksdb::AsColumnFamilyRef, batch: Entry
     write
 }
 
+/// Entries the packs of `runs` fold away: their rows beyond each pack's key.
+pub(super) fn folded_rows(runs: &[PackRun]) -> u64 {
+    runs.iter().map(|r| r.len as u64 - 1).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::keys::row_key;
-    use crate::protocol::BatchBuilder;
+    use crate::protocol::{BatchBuilder, CfRef};
 
-    fn groups_of(rows: &[(u64, u32, bool)]) -> Vec<usize> {
+    fn groups_of(rows: &[(u64, u32, bool)], size_end: u64) -> Vec<(usize, usize)> {
         let mut batch = BatchBuilder::new();
         for &(rowid, version, put) in rows {
             let value = if put { crate::engine::test_support::value(rowid, 3) } else { Vec::new() };
             batch.push(&row_key(rowid, version), &value).unwrap();
         }
-        packable_groups(batch.as_batch(), 0).into_iter().map(|(first, _)| first).collect()
+        packable_groups(batch.as_batch(), size_end).into_iter().map(|r| (r.first, r.len)).collect()
     }
 
     #[test]
-    fn only_whole_groups_of_new_rows_pack() {
+    fn groups_of_new_rows_pack() {
         let new = |range: std::ops::Range<u64>| range.map(|r| (r, 0, true)).collect::<Vec<_>>();
-        assert_eq!(groups_of(&new(0..64)), vec![0]);
-        assert_eq!(groups_of(&new(10..200)), vec![54, 118]);
-        assert_eq!(groups_of(&new(0..63)), Vec::<usize>::new());
-        // A gap inside a group, or any other kind of entry, packs nothing.
+        assert_eq!(groups_of(&new(0..64), 0), vec![(0, 64)]);
+        // Block 1 (rowids 291..582) starts a group; the groups of block 0
+        // end at 64, 128, 192, 256 and 291.
+        assert_eq!(groups_of(&new(250..400), 0), vec![(6, 35), (41, 64), (105, 45)]);
+        assert_eq!(groups_of(&new(260..400), 260), vec![(31, 64), (95, 45)], "a group written before stays as it is");
+        assert_eq!(groups_of(&new(0..7), 0), Vec::<(usize, usize)>::new(), "too few rows");
         let mut gap = new(0..130);
         gap.remove(100);
-        assert_eq!(groups_of(&gap), vec![0]);
+        assert_eq!(groups_of(&gap, 0), vec![(0, 64), (64, 63), (127, 2)].into_iter().filter(|g| g.1 >= MIN_PACK_ROWS).collect::<Vec<_>>());
+        // Any other kind of entry, or rows out of order, pack nothing.
         let mut update = new(0..128);
         update.push((500, 1, true));
-        assert!(groups_of(&update).is_empty());
+        assert!(groups_of(&update, 0).is_empty());
         let mut delete = new(0..128);
         delete.push((500, 0, false));
-        assert!(groups_of(&delete).is_empty());
+        assert!(groups_of(&delete, 0).is_empty());
         let mut unordered = new(0..128);
         unordered.swap(3, 4);
-        assert!(groups_of(&unordered).is_empty());
+        assert!(groups_of(&unordered, 0).is_empty());
+        assert!(groups_of(&new(100..200), 101).is_empty(), "a row below the size end");
+    }
+
+    /// The planner's entries count every packed row, after a reopening
+    /// and in a copy too (one RocksDB key a pack once shrank them 64-fold).
+    #[test]
+    fn a_table_of_packs_counts_its_rows() {
+        use crate::engine::test_support::{config, put_rows, TempDir, T};
+        let dir = TempDir::new();
+        let mut cfg = config(&dir);
+        cfg.pack_new_rows = true;
+        let engine = Engine::open(cfg.clone()).unwrap();
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..640);
+        put_rows(&engine, T, 640..650);
+        let rows = |engine: &Engine, cf| engine.cf_info(cf).unwrap().entries;
+        assert!((650..=660).contains(&rows(&engine, T)), "{} entries", rows(&engine, T));
+        engine.flush_cf(T).unwrap();
+        drop(engine);
+        let engine = Engine::open(cfg).unwrap();
+        assert!((650..=660).contains(&rows(&engine, T)), "{} entries after reopening", rows(&engine, T));
+        let copy = CfRef { db: T.db, rel: T.rel + 1 };
+        engine.create_cf(copy).unwrap();
+        engine.copy_cf(T, copy).unwrap();
+        assert!((650..=660).contains(&rows(&engine, copy)), "{} entries in the copy", rows(&engine, copy));
     }
 }

@@ -57,14 +57,16 @@ impl Engine {
             entry.next_rowid.fetch_max(max_rowid + 1, Ordering::Relaxed);
             size_end_before = entry.size_end.fetch_max(max_rowid + 1, Ordering::Relaxed);
         }
-        let groups = if self.pack_new_rows { packing::packable_groups(batch, size_end_before) } else { Vec::new() };
-        if let Some(&(_, lowest)) = groups.first() {
-            self.lower_pack_floor(&entry, lowest)?;
+        let packs = if self.pack_new_rows { packing::packable_groups(batch, size_end_before) } else { Vec::new() };
+        if let Some(lowest) = packs.first() {
+            self.lower_pack_floor(&entry, lowest.base)?;
         }
         let pack_floor = entry.pack_floor.load(Ordering::Acquire);
+        let folded = packing::folded_rows(&packs);
+        let folded = if folded > 0 { entry.folded_rows.fetch_add(folded, Ordering::Relaxed) + folded } else { 0 };
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
-        let build = || packing::build_write(&handle, batch, &groups, pack_floor);
+        let build = || packing::build_write(&handle, batch, &packs, pack_floor, folded);
         self.write_batch(build, || format!("write {} entries into {}", batch.len(), entry.name))?;
         // Written, not yet acknowledged: the cache follows (row_cache.rs).
         if let Some(cache) = &self.row_cache {

@@ -48,6 +48,10 @@ pub(super) struct RowView<'a> {
     pack_len: usize,
     /// The open pack's next entry not yet passed.
     pack_at: usize,
+    /// The open pack's entries before this one are known to come before
+    /// the iterator's key and the end: they are given without comparing
+    /// (the iterator only moves forward while a pack is open).
+    pack_clear: usize,
     at: At,
     /// The current packed entry's key.
     key: [u8; ROW_KEY_LEN],
@@ -64,6 +68,7 @@ impl<'a> RowView<'a> {
             pack_base: 0,
             pack_len: 0,
             pack_at: 0,
+            pack_clear: 0,
             at: At::Nothing,
             key: [0; ROW_KEY_LEN],
             corrupt: None,
@@ -79,6 +84,7 @@ impl<'a> RowView<'a> {
     pub(super) fn seek(&mut self, target: &[u8]) {
         self.pack_len = 0;
         self.pack_at = 0;
+        self.pack_clear = 0;
         if self.pack_floor != u64::MAX {
             let mut prefix = [0u8; ROWID_PREFIX_LEN];
             let head = target.len().min(ROWID_PREFIX_LEN);
@@ -152,6 +158,7 @@ impl<'a> RowView<'a> {
                 self.pack_base = base;
                 self.pack_len = pack.len();
                 self.pack_at = 0;
+                self.pack_clear = 0;
             }
             Err(e) => {
                 self.pack_len = 0;
@@ -165,6 +172,11 @@ impl<'a> RowView<'a> {
     fn settle(&mut self) {
         if self.pack_floor == u64::MAX {
             self.at = if self.raw.valid() { At::Raw } else { At::Nothing };
+            return;
+        }
+        if self.pack_at < self.pack_clear {
+            self.key = self.open_pack().key(self.pack_at);
+            self.at = At::Packed;
             return;
         }
         loop {
@@ -183,12 +195,18 @@ impl<'a> RowView<'a> {
                 // An Incomplete stop hides what follows: stop as well.
                 let stopped = self.raw.status().is_err();
                 self.at = if packed.is_some() && !stopped { At::Packed } else { At::Nothing };
+                if self.at == At::Packed {
+                    self.pack_clear = self.open_pack().lower_bound(&self.end);
+                }
                 return;
             };
             match packed.map(|p| raw_key.cmp(p.as_slice())) {
                 Some(std::cmp::Ordering::Greater) => {
                     // The open pack's entries come first (the next group's
-                    // pack key among what follows them).
+                    // pack key among what follows them), up to the
+                    // iterator's key or the end.
+                    let pack = self.open_pack();
+                    self.pack_clear = pack.lower_bound(raw_key).min(pack.lower_bound(&self.end));
                     self.at = At::Packed;
                     return;
                 }

@@ -4,7 +4,7 @@
 //! Owns `alloc_rowids`, the per-CF rowid floor kept in the meta CF, how
 //! `open` recovers a table's `next_rowid`, and the table's size end (one
 //! past its highest row), which VACUUM trims with `trim_size`. Calls RocksDB (meta CF writes and
-//! flushes; one backward seek per CF at open).
+//! flushes; a backward walk per CF at open, over the rows removed at its end).
 //!
 //! Invariants:
 //! * `next_rowid` is above every rowid in the CF and every rowid handed out
@@ -26,8 +26,8 @@ use rocksdb::ReadOptions;
 use super::cf_registry::TableEntry;
 use super::error::rocks_with;
 use super::{Db, Engine, EngineError};
-use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX};
-use crate::pack::{decode_pack_key, Pack};
+use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX, ROW_KEY_LEN};
+use crate::pack::{decode_pack_key, group_base, is_hidden, Pack};
 use crate::protocol::CfRef;
 
 /// Meta CF key prefix of a CF's durable rowid floor (followed by the CF
@@ -107,20 +107,14 @@ impl Engine {
     }
 }
 
-/// The last entry's key of the pack `(key, value)`: the CF's last key is a
-/// pack when its group's rows all sit in it.
-fn last_packed_row(key: &[u8], value: &[u8]) -> Option<(u64, u32)> {
-    let pack = Pack::parse(decode_pack_key(key)?, value).ok()?;
-    let (rowid, version, _) = pack.entry(pack.len().checked_sub(1)?);
-    Some((rowid, version))
-}
-
 pub(super) fn rowid_floor_key(cf_name: &str) -> Vec<u8> {
     [ROWID_FLOOR_PREFIX, cf_name.as_bytes()].concat()
 }
 
-/// 1 + the largest rowid in the CF (keys at or above the reserved 0xFF prefix
-/// are metadata, not rows), or 0 if it has no rows.
+/// 1 + the largest rowid of a row in the CF, or 0 if it has none. Keys at
+/// or above the reserved 0xFF prefix are metadata, not rows; a `HIDDEN`
+/// marker is a row removed, and so is a packed entry it hides (`row_view`'s
+/// rules): the walk back steps over them.
 pub(super) fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineError> {
     let handle = db.cf_handle(name).ok_or_else(|| {
         EngineError::Corruption(format!("column family {name} vanished during open"))
@@ -131,21 +125,58 @@ pub(super) fn next_rowid_from_data(db: &Db, name: &str) -> Result<u64, EngineErr
     read_options.fill_cache(false);
     let mut iter = db.raw_iterator_cf_opt(&handle, read_options);
     iter.seek_to_last();
-    let last = match iter.key() {
-        Some(key) => match decode_row_key(key).or_else(|| last_packed_row(key, iter.value()?)) {
-            Some((rowid, _)) if rowid <= MAX_ROWID => Some(rowid),
-            _ => {
-                return Err(EngineError::Corruption(format!(
-                    "last key of {name} ({} bytes) is not a row key",
-                    key.len()
-                )))
-            }
-        },
-        None => None,
-    };
+    let last = last_row(&mut iter, name)?;
     iter.status()
         .map_err(rocks_with(|| format!("find the last row of {name}")))?;
     Ok(last.map_or(0, |rowid| rowid + 1))
+}
+
+/// Walking back from the iterator's position: the highest rowid with a
+/// live entry. A group's keys come, backwards, as its row keys and then its
+/// pack (the pack key sorts before them), so the markers of a group are
+/// all known when its pack is reached.
+fn last_row(iter: &mut rocksdb::DBRawIteratorWithThreadMode<'_, Db>, name: &str) -> Result<Option<u64>, EngineError> {
+    // The group whose keys are being walked, its markers, and its highest
+    // live row key.
+    let mut group: Option<u64> = None;
+    let mut hidden: Vec<[u8; ROW_KEY_LEN]> = Vec::new();
+    let mut live: Option<u64> = None;
+    while let Some((key, value)) = iter.item() {
+        let (base, rowid) = match (decode_row_key(key), decode_pack_key(key)) {
+            (Some((rowid, _)), _) if rowid <= MAX_ROWID => (group_base(rowid), Some(rowid)),
+            (None, Some(base)) => (base, None),
+            _ => {
+                return Err(EngineError::Corruption(format!(
+                    "a key of {name} ({} bytes) is neither a row key nor a pack key",
+                    key.len()
+                )))
+            }
+        };
+        if group != Some(base) {
+            // The group above had no pack: its live row key is the last row.
+            if live.is_some() {
+                return Ok(live);
+            }
+            group = Some(base);
+            hidden.clear();
+        }
+        match rowid {
+            Some(_) if is_hidden(value) => hidden.push(key.try_into().unwrap_or_default()),
+            Some(rowid) => live = live.or(Some(rowid)),
+            None => {
+                let pack = Pack::parse(base, value)
+                    .map_err(|e| EngineError::Corruption(format!("{name}: pack of rows {base}..: {e}")))?;
+                let packed = (0..pack.len()).rev().find(|&i| !hidden.contains(&pack.key(i))).map(|i| pack.entry(i).0);
+                if live.max(packed).is_some() {
+                    return Ok(live.max(packed));
+                }
+                // Every row of the group was removed: on to the one below.
+                group = None;
+            }
+        }
+        iter.prev();
+    }
+    Ok(live)
 }
 
 #[cfg(test)]
@@ -214,6 +245,52 @@ mod tests {
         assert_eq!(engine.cf_info(other).unwrap().size_end, 21);
         engine.truncate_cf(T).unwrap();
         assert_eq!(size(&engine), 0);
+        assert_eq!(engine.trim_size(T).unwrap(), 0);
+    }
+
+    /// Removed rows at a packed table's end (markers over packed entries)
+    /// are not rows: VACUUM's trim and a reopening end the size below them,
+    /// at a row key or a packed entry left alive.
+    #[test]
+    fn the_size_end_steps_back_over_rows_removed_from_packs() {
+        let dir = TempDir::new();
+        let mut cfg = super::super::test_support::config(&dir);
+        cfg.pack_new_rows = true;
+        let engine = Engine::open(cfg.clone()).unwrap();
+        engine.create_cf(T).unwrap();
+        assert_eq!(engine.alloc_rowids(T, 192).unwrap(), 0);
+        put_rows(&engine, T, 0..192);
+        let remove = |engine: &Engine, rowids: std::ops::Range<u64>| {
+            let mut removal = BatchBuilder::new();
+            for rowid in rowids {
+                removal.push(&row_key(rowid, 0), &[]).unwrap();
+            }
+            engine.put_batch(T, removal.as_batch()).unwrap();
+        };
+        // The last group wholly removed, the one before from row 100 on.
+        remove(&engine, 100..192);
+        assert_eq!(engine.trim_size(T).unwrap(), 100);
+        // A row key (an updated row) below the packed entries left alive.
+        let mut update = BatchBuilder::new();
+        update.push(&row_key(70, 1), &super::super::test_support::value(70, 4)).unwrap();
+        engine.put_batch(T, update.as_batch()).unwrap();
+        remove(&engine, 71..100);
+        assert_eq!(engine.trim_size(T).unwrap(), 71);
+        // Now the row key is the highest row of its group; after a
+        // reopening too.
+        remove(&engine, 64..70);
+        remove(&engine, 70..71);
+        assert_eq!(engine.trim_size(T).unwrap(), 71);
+        engine.flush_cf(T).unwrap();
+        drop(engine);
+        let engine = Engine::open(cfg).unwrap();
+        assert_eq!(engine.cf_info(T).unwrap().size_end, 71);
+        assert!(engine.cf_info(T).unwrap().next_rowid >= 192, "rowids handed out stay used");
+        let mut last = BatchBuilder::new();
+        last.push(&row_key(70, 1), &[]).unwrap();
+        engine.put_batch(T, last.as_batch()).unwrap();
+        assert_eq!(engine.trim_size(T).unwrap(), 64);
+        remove(&engine, 0..64);
         assert_eq!(engine.trim_size(T).unwrap(), 0);
     }
 
