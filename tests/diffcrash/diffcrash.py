@@ -15,7 +15,7 @@ UNLOGGED, so a crash empties both and a clean stop keeps both), and t6 with
 the same columns and no index at all (the clients set
 pasv.move_unindexed_updates, so an updated row moves to a new rowid there,
 as heap's goes after the others; no ON CONFLICT or CLUSTER on it),
-150 rows each at the start; k and u in 0..299 so that transactions conflict; t sometimes
+150 rows each at the start (packed by the engine in the pasv twins); k and u in 0..299 so that transactions conflict; t sometimes
 3-22 kB (TOAST). Each client also creates and drops its own pair x<client>.
 The transactions mix single and multi-row INSERT, UPDATE of indexed and
 non-indexed columns, DELETE, INSERT ... ON CONFLICT DO UPDATE / DO NOTHING,
@@ -967,6 +967,14 @@ class SeedRun:
                     for ddl in table_ddl(table, am, pair == DEFERRABLE_PAIR, pair == UNLOGGED_PAIR, pair != NOINDEX_PAIR):
                         c.execute(ddl)
                     c.execute(f"INSERT INTO {table} SELECT g, g, g % 17, 'init ' || g FROM generate_series(0, {KEYS - 1}, 2) g")
+            # The initial rows, one bulk insert, are packed (HOT_PATH §44):
+            # every later update, delete, VACUUM and replay meets packs.
+            # Packed, the twin's 150 rows are a few RocksDB keys.
+            if c.execute("SHOW pasv.pack_new_rows").fetchone()[0] == "on":
+                keys = c.execute("SELECT approx_keys FROM pasv.column_families() "
+                                 "WHERE relfilenumber = pg_relation_filenode('t1_p')").fetchone()[0]
+                if keys >= KEYS // 2:
+                    raise Fatal(f"t1_p's initial rows were not packed ({keys} RocksDB keys for {KEYS // 2} rows)")
             self.has_crash_point = c.execute(
                 "SELECT to_regprocedure('pasv.crash_point(text,integer)') IS NOT NULL").fetchone()[0]
             self.has_verify = c.execute("SELECT to_regprocedure('pasv.verify(regclass)') IS NOT NULL").fetchone()[0]
