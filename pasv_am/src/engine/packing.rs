@@ -13,9 +13,12 @@
 //!   version 0 can meet a packed entry, and no pack overwrites another.
 //! * The floor is durable, and at or below every pack's group, before any
 //!   pack is written: a crash cannot leave a pack that a delete after
-//!   recovery would miss. Deletes of version 0 at or above the floor are
-//!   written as `pack::HIDDEN` (a row key hides the packed entry; a RocksDB
-//!   delete would not reach into the pack).
+//!   recovery would miss. A delete of a version 0 at or above the floor
+//!   that its group's pack holds is written as `pack::HIDDEN` (a row key
+//!   hides the packed entry; a RocksDB delete would not reach into the
+//!   pack); the pack is read when the delete is written, and every write
+//!   before it (the pack's own among them: a row is deleted only after it
+//!   was written, and replay keeps commit order) is already applied.
 //! * Packing changes how rows are stored, never what a read returns
 //!   (`row_view`'s rules).
 
@@ -25,9 +28,10 @@ use std::sync::PoisonError;
 use rocksdb::WriteBatch;
 
 use super::cf_registry::TableEntry;
+use super::error::rocks_with;
 use super::{Engine, EngineError};
 use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX};
-use crate::pack::{group_base, pack_key, PackBuilder, HIDDEN};
+use crate::pack::{group_base, pack_key, Pack, PackBuilder, HIDDEN};
 use crate::protocol::EntryBatch;
 
 /// Meta CF key prefix of a CF's pack floor (followed by the CF name; u64
@@ -116,20 +120,70 @@ impl Engine {
     fn persist_pack_floor(&self, name: &str, floor: u64) -> Result<(), EngineError> {
         self.persist_meta(&pack_floor_key(name), &floor.to_le_bytes(), "persist a pack floor")
     }
+
+    /// The rowids whose delete in `batch` must be written as a marker,
+    /// ascending: deletes of a version 0 that a pack of the CF holds. Each
+    /// group's pack is read once. Only rows written packed need one: a
+    /// marker is a put, which compaction never drops, so writing one for
+    /// every delete at or above the floor piled them up without bound (an
+    /// UPDATE moves a row to a new rowid, and its old version 0 is deleted
+    /// later: TPC-C's hot district rows gave a marker per update, and the
+    /// prepared mix's sequential scans of them stepped over thousands).
+    pub(super) fn rows_to_hide(
+        &self,
+        handle: &impl rocksdb::AsColumnFamilyRef,
+        batch: EntryBatch<'_>,
+        pack_floor: u64,
+        name: &str,
+    ) -> Result<Vec<u64>, EngineError> {
+        let mut hide = Vec::new();
+        // The group last read and the rowids of version 0 its pack holds.
+        let mut group: Option<(u64, Vec<u64>)> = None;
+        for (key, value) in batch.iter() {
+            let Some((rowid, 0)) = decode_row_key(key).filter(|_| value.is_empty()) else { continue };
+            if rowid < pack_floor {
+                continue;
+            }
+            let base = group_base(rowid);
+            if group.as_ref().is_none_or(|(b, _)| *b != base) {
+                group = Some((base, self.packed_first_versions(handle, base, name)?));
+            }
+            if group.as_ref().is_some_and(|(_, rows)| rows.binary_search(&rowid).is_ok()) {
+                hide.push(rowid);
+            }
+        }
+        hide.sort_unstable();
+        Ok(hide)
+    }
+
+    /// The rowids whose version 0 the pack of group `base` holds (none
+    /// without a pack), ascending.
+    fn packed_first_versions(&self, handle: &impl rocksdb::AsColumnFamilyRef, base: u64, name: &str) -> Result<Vec<u64>, EngineError> {
+        let Some(bytes) = self
+            .db
+            .get_pinned_cf(handle, pack_key(base))
+            .map_err(rocks_with(|| format!("read the pack of rows {base}.. of {name}")))?
+        else {
+            return Ok(Vec::new());
+        };
+        let pack = Pack::parse(base, &bytes).map_err(|e| EngineError::Corruption(format!("{name}: pack of rows {base}..: {e}")))?;
+        Ok((0..pack.len()).map(|i| pack.entry(i)).filter(|&(_, version, _)| version == 0).map(|(rowid, _, _)| rowid).collect())
+    }
 }
 
 /// The RocksDB write of `batch`: the groups in `packs` (from
 /// [`packable_groups`]) as packs, every other entry as its own key (an
-/// empty value deletes it), and the deletes of version 0 at or above
-/// `pack_floor` as markers. A CF without packs passes no group and a floor
-/// of `u64::MAX`: every entry is then written as it comes. `folded`: the
+/// empty value deletes it), and the deletes of version 0 of the rowids in
+/// `hide` (ascending, from [`Engine::rows_to_hide`]) as markers. A CF
+/// without packs passes no group and no rowid to hide: every entry is then
+/// written as it comes. `folded`: the
 /// CF's [`FOLDED_ROWS_KEY`] count with `packs` in it, put when `packs` is
 /// not empty.
 pub(super) fn build_write(
     handle: &impl rocksdb::AsColumnFamilyRef,
     batch: EntryBatch<'_>,
     packs: &[PackRun],
-    pack_floor: u64,
+    hide: &[u64],
     folded: u64,
 ) -> WriteBatch {
     let mut write = WriteBatch::with_capacity_bytes(batch.encoded_len() + 16 * batch.len());
@@ -158,7 +212,7 @@ pub(super) fn build_write(
         if value.is_empty() {
             match decode_row_key(key) {
                 // An empty value deletes the key (see protocol::Request::PutBatch).
-                Some((rowid, 0)) if rowid >= pack_floor => write.put_cf(handle, key, HIDDEN),
+                Some((rowid, 0)) if hide.binary_search(&rowid).is_ok() => write.put_cf(handle, key, HIDDEN),
                 _ => write.delete_cf(handle, key),
             }
         } else {
@@ -211,6 +265,31 @@ mod tests {
         unordered.swap(3, 4);
         assert!(groups_of(&unordered, 0).is_empty());
         assert!(groups_of(&new(100..200), 101).is_empty(), "a row below the size end");
+    }
+
+    /// A delete of a version 0 is a marker only where a pack holds the
+    /// row: markers are puts, never compacted away, and one for every row
+    /// deleted above the floor piled up without bound.
+    #[test]
+    fn only_packed_rows_are_hidden_by_markers() {
+        use crate::engine::test_support::{config, put_rows, TempDir, T};
+        let dir = TempDir::new();
+        let mut cfg = config(&dir);
+        cfg.pack_new_rows = true;
+        let engine = Engine::open(cfg).unwrap();
+        engine.create_cf(T).unwrap();
+        put_rows(&engine, T, 0..20);
+        put_rows(&engine, T, [40]);
+        let mut deletes = BatchBuilder::new();
+        for rowid in [5, 40] {
+            deletes.push(&row_key(rowid, 0), &[]).unwrap();
+        }
+        engine.put_batch(T, deletes.as_batch()).unwrap();
+        let handle = engine.db.cf_handle(&engine.table_entry_name(T)).unwrap();
+        let raw = |rowid| engine.db.get_cf(&handle, row_key(rowid, 0)).unwrap();
+        assert_eq!(raw(5).as_deref(), Some(HIDDEN), "row 5 is packed: its delete hides it");
+        assert_eq!(raw(40), None, "row 40 was written alone: its delete is RocksDB's");
+        assert!(engine.db.get_cf(&handle, pack_key(0)).unwrap().is_some());
     }
 
     /// The planner's entries count every packed row, after a reopening

@@ -62,11 +62,12 @@ impl Engine {
             self.lower_pack_floor(&entry, lowest.base)?;
         }
         let pack_floor = entry.pack_floor.load(Ordering::Acquire);
+        let hide = if pack_floor == u64::MAX { Vec::new() } else { self.rows_to_hide(&handle, batch, pack_floor, &entry.name)? };
         let folded = packing::folded_rows(&packs);
         let folded = if folded > 0 { entry.folded_rows.fetch_add(folded, Ordering::Relaxed) + folded } else { 0 };
         // Before the write: a flush that sees the write also sees its LSN.
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
-        let build = || packing::build_write(&handle, batch, &packs, pack_floor, folded);
+        let build = || packing::build_write(&handle, batch, &packs, &hide, folded);
         self.write_batch(build, || format!("write {} entries into {}", batch.len(), entry.name))?;
         // Written, not yet acknowledged: the cache follows (row_cache.rs).
         if let Some(cache) = &self.row_cache {
