@@ -1,10 +1,11 @@
 //! Where packs come from: a batch of new rows written as packs of up to
-//! `pack::PACK_ROWS` rows, and the per-CF pack floor that tells every later
-//! delete whether it must hide a packed entry.
+//! `pack::PACK_ROWS` rows; which later deletes must hide a packed entry;
+//! the per-CF pack floor, below which no group has a pack.
 //!
 //! Owns the packing rule for `put_batch`, the pack floor (kept in the meta
-//! CF) and how a delete is written at or above it. Calls RocksDB (meta CF
-//! writes and flushes) and `crate::pack`.
+//! CF), the count of packed rows, and how a delete is written at or above
+//! the floor. Calls RocksDB (meta CF writes and flushes, reads of a
+//! group's pack) and `crate::pack`.
 //!
 //! Invariants:
 //! * A pack holds version 0 of rows of a group no write touched before,
