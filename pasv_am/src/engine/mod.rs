@@ -10,8 +10,9 @@
 //! * `rowid_allocation` — where a new row gets its rowid, and why no rowid
 //!   is ever handed out twice.
 //! * `put_batch` — atomic writes of row versions and deletes.
-//! * `packing` — new rows written as packs, and the floor above which a
-//!   delete must hide a packed entry.
+//! * `packing` — new rows written as packs, the count of packed rows, and
+//!   which deletes must hide a packed entry (those of rows a pack holds,
+//!   all at or above the CF's pack floor).
 //! * `row_view` — the rows as readers see them, packs opened.
 //! * `scan` — range reads: every entry, or a row's few newest versions.
 //! * `persistence` — flush flags, memtable flushes, the persistence report.
