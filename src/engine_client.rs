@@ -583,8 +583,14 @@ fn encode_scan<'a>(req: &'a Request<'a>) -> impl FnOnce(&mut [u8]) -> Result<usi
     }
 }
 
-/// Copy a scan's answer (an `Entries` response) into `dest`.
+/// Copy a scan's answer (an `Entries` response) into `dest`. Its entries
+/// are checked where the caller reads them, from its own copy (a scan's
+/// stream, once each: `protocol::entries_cursor`).
 fn copy_entries(bytes: &[u8], dest: &mut [u8]) -> Result<ScanCopied, CallError> {
+    if let Ok(Some(_)) = protocol::entries_cursor(bytes) {
+        dest[..bytes.len()].copy_from_slice(bytes);
+        return Ok(ScanCopied { len: bytes.len() });
+    }
     match protocol::decode_response(bytes) {
         Ok(Response::Error { code, message }) => Err(CallError::Engine { code, message: message.to_string() }),
         Ok(Response::Entries { .. }) => {

@@ -52,6 +52,7 @@ pub const RESERVED_KEY_PREFIX: u8 = 0xFF;
 const _: () = assert!(MAX_ROWID >> 56 < RESERVED_KEY_PREFIX as u64);
 
 /// Key of `version` of row `rowid`.
+#[inline]
 pub fn row_key(rowid: u64, version: u32) -> [u8; ROW_KEY_LEN] {
     let mut key = [0u8; ROW_KEY_LEN];
     key[..8].copy_from_slice(&rowid.to_be_bytes());
@@ -60,6 +61,7 @@ pub fn row_key(rowid: u64, version: u32) -> [u8; ROW_KEY_LEN] {
 }
 
 /// Inverse of [`row_key`]; `None` unless `key` is exactly [`ROW_KEY_LEN`] bytes.
+#[inline]
 pub fn decode_row_key(key: &[u8]) -> Option<(u64, u32)> {
     let key: &[u8; ROW_KEY_LEN] = key.try_into().ok()?;
     let (rowid, inverted) = key.split_at(8);

@@ -203,6 +203,18 @@ impl<'a> Pack<'a> {
         (rowid, version, &self.values[start..end])
     }
 
+    /// Entries `range` as (rowid, version, value), in key order: as
+    /// [`Pack::entry`] for each, reading each directory entry once.
+    pub fn run(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (u64, u32, &'a [u8])> + '_ {
+        let mut start = if range.start == 0 { 0 } else { self.directory_entry(range.start - 1).2 };
+        range.map(move |i| {
+            let (rowid, version, end) = self.directory_entry(i);
+            let value = &self.values[start..end];
+            start = end;
+            (rowid, version, value)
+        })
+    }
+
     /// Entry `i`'s row key.
     pub fn key(&self, i: usize) -> [u8; ROW_KEY_LEN] {
         let (rowid, version, _) = self.directory_entry(i);

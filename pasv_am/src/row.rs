@@ -194,6 +194,7 @@ impl RowHeader {
     }
 
     /// Splits a value into its validated header and the tuple bytes after it.
+    #[inline]
     pub fn decode(value: &[u8]) -> Result<(RowHeader, &[u8]), CodecError> {
         if value.len() < HEADER_LEN {
             return Err(CodecError::TooShort { len: value.len() });

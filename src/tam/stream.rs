@@ -21,9 +21,11 @@
 use super::visibility::{self, Reader};
 use crate::engine_client;
 use pasv_am::keys::{self, ROW_KEY_LEN};
-use pasv_am::protocol::{self, CfRef, Response};
+use pasv_am::protocol::{self, CfRef};
 use pasv_am::row::RowHeader;
 use pgrx::pg_sys;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -132,6 +134,8 @@ pub struct RowStream {
     /// which holds only the chain's newest values, must not serve older
     /// snapshots (heap's broken HOT chain: `indcheckxmin`).
     pub broken_chain: bool,
+    /// The last creator's visibility this stream asked about.
+    memo: visibility::MvccMemo,
 }
 
 /// Buffer sets (a batch buffer and its entry index) the pool holds at most,
@@ -218,25 +222,93 @@ struct LastRow {
     newest: Option<(u32, u64)>,
 }
 
-thread_local! {
-    static EPOCH: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    static LAST_ROW: std::cell::Cell<Option<LastRow>> = const { std::cell::Cell::new(None) };
+/// The epoch and the last row. A plain static of atomics rather than a
+/// thread-local: a scan sets the row once a row it returns, and a
+/// thread-local in a shared library costs a `__tls_get_addr` call each
+/// time (about 5 % of a sequential scan's backend time). Only a backend's
+/// main thread uses it (scans run nowhere else), so relaxed loads and
+/// stores see each other in order; the atomics only keep it sound.
+struct Last {
+    epoch: AtomicU64,
+    /// The fields of the [`LastRow`], valid when `set`.
+    set: AtomicBool,
+    cf: AtomicU64,
+    rowid: AtomicU64,
+    creator: AtomicU64,
+    tuple: AtomicPtr<u8>,
+    tuple_len: AtomicUsize,
+    row_epoch: AtomicU64,
+    /// `LastRow::newest`'s version (`NOT_NEWEST`: none) and write epoch.
+    newest_version: AtomicU64,
+    newest_write_epoch: AtomicU64,
+}
+
+const NOT_NEWEST: u64 = u64::MAX;
+
+static LAST: Last = Last {
+    epoch: AtomicU64::new(0),
+    set: AtomicBool::new(false),
+    cf: AtomicU64::new(0),
+    rowid: AtomicU64::new(0),
+    creator: AtomicU64::new(0),
+    tuple: AtomicPtr::new(std::ptr::null_mut()),
+    tuple_len: AtomicUsize::new(0),
+    row_epoch: AtomicU64::new(0),
+    newest_version: AtomicU64::new(NOT_NEWEST),
+    newest_write_epoch: AtomicU64::new(0),
+};
+
+impl Last {
+    fn store(&self, row: LastRow) {
+        self.cf.store(u64::from(row.cf.db) << 32 | u64::from(row.cf.rel), Relaxed);
+        self.rowid.store(row.rowid, Relaxed);
+        self.creator.store(row.creator, Relaxed);
+        self.tuple.store(row.tuple, Relaxed);
+        self.tuple_len.store(row.tuple_len, Relaxed);
+        self.row_epoch.store(row.epoch, Relaxed);
+        let (version, write_epoch) = row.newest.map_or((NOT_NEWEST, 0), |(v, w)| (u64::from(v), w));
+        self.newest_version.store(version, Relaxed);
+        self.newest_write_epoch.store(write_epoch, Relaxed);
+        self.set.store(true, Relaxed);
+    }
+
+    fn load(&self) -> Option<LastRow> {
+        if !self.set.load(Relaxed) {
+            return None;
+        }
+        let cf = self.cf.load(Relaxed);
+        let version = self.newest_version.load(Relaxed);
+        Some(LastRow {
+            cf: CfRef { db: (cf >> 32) as u32, rel: cf as u32 },
+            rowid: self.rowid.load(Relaxed),
+            creator: self.creator.load(Relaxed),
+            tuple: self.tuple.load(Relaxed),
+            tuple_len: self.tuple_len.load(Relaxed),
+            epoch: self.row_epoch.load(Relaxed),
+            newest: u32::try_from(version).ok().map(|v| (v, self.newest_write_epoch.load(Relaxed))),
+        })
+    }
 }
 
 fn bump_epoch() {
-    EPOCH.with(|e| e.set(e.get().wrapping_add(1)));
+    LAST.epoch.fetch_add(1, Relaxed);
+}
+
+/// The last row handed out and the current epoch.
+fn last_and_epoch() -> (Option<LastRow>, u64) {
+    (LAST.load(), LAST.epoch.load(Relaxed))
 }
 
 /// Forget the last row handed out (see [`LastRow`]).
 pub fn forget_last_row() {
-    LAST_ROW.with(|l| l.set(None));
+    LAST.set.store(false, Relaxed);
 }
 
 /// The row of `cf` at `rowid` as the last MVCC scan or fetch handed it out,
 /// if nothing has happened since that could change or free it.
 pub fn last_row(cf: CfRef, rowid: u64) -> Option<Row> {
-    let last = LAST_ROW.with(|l| l.get())?;
-    let epoch = EPOCH.with(|e| e.get());
+    let (last, epoch) = last_and_epoch();
+    let last = last?;
     (last.cf == cf && last.rowid == rowid && last.epoch == epoch).then_some(Row {
         rowid,
         creator: last.creator,
@@ -254,8 +326,8 @@ pub fn last_row(cf: CfRef, rowid: u64) -> Option<Row> {
 /// A writer that then gets the row's lock with that epoch and finds it
 /// unchanged (`crate::row_locks::lock`) need not read the row again.
 pub fn last_row_newest(cf: CfRef, rowid: u64) -> Option<(u32, Vec<u8>, u64)> {
-    let last = LAST_ROW.with(|l| l.get())?;
-    let epoch = EPOCH.with(|e| e.get());
+    let (last, epoch) = last_and_epoch();
+    let last = last?;
     let (version, write_epoch) = last.newest?;
     if last.cf != cf || last.rowid != rowid || last.epoch != epoch {
         return None;
@@ -353,6 +425,7 @@ impl RowStream {
             follow_hot_moves: false,
             skip_heap_only: false,
             broken_chain: false,
+            memo: visibility::MvccMemo::EMPTY,
         }
     }
 
@@ -516,31 +589,30 @@ impl RowStream {
             },
         };
         let bytes = std::slice::from_raw_parts(self.buf as *const u8, copied.len);
-        let (more, batch) = match protocol::decode_response(bytes) {
-            Ok(Response::Entries { more, batch }) => (more, batch),
-            _ => crate::error::CallError::Unexpected("Scan").raise(doing),
+        // One pass: each entry is checked as it is indexed.
+        let mut answer = match protocol::entries_cursor(bytes) {
+            Ok(Some(answer)) => answer,
+            Ok(None) => crate::error::CallError::Unexpected("Scan").raise(doing),
+            Err(e) => crate::error::CallError::Protocol(e.to_string()).raise(doing),
         };
         let mut n = 0;
-        let mut last_key = None;
-        for (key, value) in batch.iter() {
-            if n == self.index_cap {
-                break;
-            }
-            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
-            *self.index.add(n) = EntryPos {
-                rowid,
-                version,
-                value_off: (value.as_ptr() as usize - self.buf as usize) as u32,
-                value_len: value.len() as u32,
+        let mut last = None;
+        while n < self.index_cap {
+            let (key, value_off, value) = match answer.next_entry() {
+                Ok(Some(entry)) => entry,
+                Ok(None) => break,
+                Err(e) => crate::error::CallError::Protocol(e.to_string()).raise(doing),
             };
-            last_key = Some(key);
+            let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
+            *self.index.add(n) = EntryPos { rowid, version, value_off: value_off as u32, value_len: value.len() as u32 };
+            last = Some((rowid, version));
             n += 1;
         }
         self.count = n;
         self.pos = 0;
-        self.more = (more || n < batch.len() || window_hit) && n > 0;
-        if let Some(k) = last_key {
-            if let Some(next) = keys::decode_row_key(k).and_then(|(r, v)| super::versions::key_after(r, v)) {
+        self.more = (answer.more() || n < answer.len() || window_hit) && n > 0;
+        if let Some((rowid, version)) = last {
+            if let Some(next) = super::versions::key_after(rowid, version) {
                 self.next_start = next;
             } else {
                 self.more = false;
@@ -662,7 +734,7 @@ impl RowStream {
                     "The table's RocksDB data is damaged; restore from a backup.",
                 ),
             };
-            if !visibility::creator_visible(&header, reader) {
+            if !visibility::creator_visible_memo(&header, reader, &mut self.memo) {
                 if !self.dead_test.is_null() && self.newer_aborted && !visibility::creator_aborted(&header) {
                     self.newer_aborted = false;
                 }
@@ -742,19 +814,15 @@ impl RowStream {
                 root: header.root().unwrap_or(e.rowid),
                 redirect: None,
             };
-            if visibility::is_mvcc(reader) {
-                let epoch = EPOCH.with(|e| e.get());
-                LAST_ROW.with(|l| {
-                    l.set(Some(LastRow {
-                        cf: self.cf,
-                        rowid: row.rowid,
-                        creator: row.creator,
-                        tuple: row.tuple,
-                        tuple_len: row.tuple_len,
-                        epoch,
-                        newest: (e.version == self.group_first_version)
-                            .then_some((e.version, self.batch_write_epoch)),
-                    }))
+            if self.mvcc {
+                LAST.store(LastRow {
+                    cf: self.cf,
+                    rowid: row.rowid,
+                    creator: row.creator,
+                    tuple: row.tuple,
+                    tuple_len: row.tuple_len,
+                    epoch: LAST.epoch.load(Relaxed),
+                    newest: (e.version == self.group_first_version).then_some((e.version, self.batch_write_epoch)),
                 });
             }
             return Some(row);
@@ -803,7 +871,8 @@ impl RowStream {
     }
 }
 
-/// Whether an encoded `Entries` answer holds at least one entry.
+/// Whether an encoded `Entries` answer says it holds at least one entry
+/// (`fetch` checks them as it reads them).
 fn has_entries(answer: &[u8]) -> bool {
-    matches!(protocol::decode_response(answer), Ok(Response::Entries { batch, .. }) if batch.len() > 0)
+    matches!(protocol::entries_cursor(answer), Ok(Some(cursor)) if !cursor.is_empty())
 }

@@ -90,13 +90,18 @@ struct MvccKey {
     xid: u32,
 }
 
+/// One remembered answer (see [`MvccKey`]); a scan keeps its own
+/// ([`creator_visible_memo`]), other callers share one per backend.
 #[derive(Clone, Copy)]
-struct MvccMemo {
+pub struct MvccMemo {
     key: MvccKey,
     visible: bool,
 }
 
 impl MvccMemo {
+    pub const EMPTY: MvccMemo =
+        MvccMemo { key: MvccKey { snapshot: 0, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0, xid: 0 }, visible: false };
+
     /// # Safety
     /// `snapshot` is a valid MVCC snapshot.
     unsafe fn key(snapshot: pg_sys::Snapshot, xid: pg_sys::TransactionId) -> MvccKey {
@@ -117,9 +122,7 @@ impl MvccMemo {
 }
 
 thread_local! {
-    static MVCC_MEMO: std::cell::Cell<MvccMemo> = const {
-        std::cell::Cell::new(MvccMemo { key: MvccKey { snapshot: 0, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0, xid: 0 }, visible: false })
-    };
+    static MVCC_MEMO: std::cell::Cell<MvccMemo> = const { std::cell::Cell::new(MvccMemo::EMPTY) };
 }
 
 /// Whether the creator of version `h` is visible to `reader`.
@@ -127,6 +130,19 @@ thread_local! {
 /// # Safety
 /// Must run in a backend inside a transaction; the snapshot must be valid.
 pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
+    let mut memo = MVCC_MEMO.with(|m| m.get());
+    let visible = creator_visible_memo(h, reader, &mut memo);
+    MVCC_MEMO.with(|m| m.set(memo));
+    visible
+}
+
+/// As [`creator_visible`], with the caller's memo: a scan's, which asks
+/// once a row (a thread-local's lookup, `__tls_get_addr` in a shared
+/// library, was a few percent of a sequential scan's backend time).
+///
+/// # Safety
+/// As [`creator_visible`].
+pub unsafe fn creator_visible_memo(h: &RowHeader, reader: Reader, memo: &mut MvccMemo) -> bool {
     if h.is_frozen() {
         return true;
     }
@@ -143,7 +159,7 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
     match (*snapshot).snapshot_type {
         SNAPSHOT_MVCC => {
             let key = MvccMemo::key(snapshot, xid);
-            if let Some(visible) = MVCC_MEMO.with(|m| m.get().answer(key)) {
+            if let Some(visible) = memo.answer(key) {
                 return visible;
             }
             if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
@@ -151,7 +167,7 @@ pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
                 return h.cid < (*snapshot).curcid;
             }
             let visible = !pg_sys::XidInMVCCSnapshot(xid, snapshot) && pg_sys::TransactionIdDidCommit(xid);
-            MVCC_MEMO.with(|m| m.set(MvccMemo { key, visible }));
+            *memo = MvccMemo { key, visible };
             visible
         }
         SNAPSHOT_SELF => {

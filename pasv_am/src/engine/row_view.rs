@@ -128,6 +128,21 @@ impl<'a> RowView<'a> {
         self.item().map(|(key, _)| key)
     }
 
+    /// When the current entry is packed: the open pack and the run of its
+    /// entries from the current one that the view gives next, in order,
+    /// with nothing between them (each is before the iterator's key and
+    /// the end).
+    pub(super) fn packed_run(&self) -> Option<(Pack<'_>, std::ops::Range<usize>)> {
+        (self.at == At::Packed).then(|| (self.open_pack(), self.pack_at..self.pack_clear))
+    }
+
+    /// Moves past `n` entries of the current packed run (`packed_run`).
+    pub(super) fn pass_packed(&mut self, n: usize) {
+        debug_assert!(self.at == At::Packed && self.pack_at + n <= self.pack_clear);
+        self.pack_at += n;
+        self.settle();
+    }
+
     /// Whether the iterator stopped at a run of deleted keys (it was given
     /// a limit of them to skip).
     pub(super) fn is_incomplete(&self) -> bool {

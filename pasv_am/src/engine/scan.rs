@@ -66,6 +66,55 @@ fn first_row_at_or_past(end: &[u8]) -> u64 {
     first.min(MAX_ROWID + 1)
 }
 
+/// Copies to `out` the entries of the packed run at `iter`'s position
+/// (`RowView::packed_run`) that `scan_rows`'s loop would copy one by one
+/// with no other effect, without that loop's per-entry work (the view's
+/// merge, a key decode, the row bookkeeping): the run's entries whose row
+/// has no other entry in the answer so far, whose next entry in the run
+/// is of another row, and that do not end the range. The loop takes over
+/// at the first entry that is not so (the run's last among them), with
+/// `row`, `in_row` and `last_version` as it would have left them. True
+/// when `out` is full (the loop's "return with more").
+///
+/// A bulk-loaded table's scan is mostly such runs: 64 rows to a pack, one
+/// version each (HOT_PATH §46).
+fn copy_packed_run(
+    iter: &mut RowView<'_>,
+    out: &mut ScanWriter<'_>,
+    per_row: u32,
+    first_row_past_end: u64,
+    row: &mut Option<u64>,
+    in_row: &mut u32,
+    last_version: &mut u32,
+) -> bool {
+    let mut copied = 0;
+    let mut full = false;
+    if let Some((pack, run)) = iter.packed_run() {
+        let mut entries = pack.run(run).peekable();
+        while let Some((rowid, version, value)) = entries.next() {
+            let Some(&(next_rowid, _, _)) = entries.peek() else { break };
+            let alone = next_rowid != rowid && (per_row == 0 || *row != Some(rowid));
+            if !alone || rowid.saturating_add(1) >= first_row_past_end || !out.try_push(&row_key(rowid, version), value) {
+                break;
+            }
+            copied += 1;
+            if per_row > 0 {
+                *row = Some(rowid);
+                *in_row = 1;
+                *last_version = version;
+            }
+            if out.is_full() {
+                full = true;
+                break;
+            }
+        }
+    }
+    if copied > 0 && !full {
+        iter.pass_packed(copied);
+    }
+    full
+}
+
 impl Engine {
     /// Appends the entries with keys in `[start, end)` to `out`, ascending,
     /// until `out` is full or an entry does not fit. Returns whether entries
@@ -139,6 +188,9 @@ impl Engine {
         // The version of `row` returned last.
         let mut last_version = 0u32;
         loop {
+            if copy_packed_run(&mut iter, out, per_row, first_row_past_end, &mut row, &mut in_row, &mut last_version) {
+                return Ok(true);
+            }
             let Some((key, value)) = iter.item() else {
                 if capped && iter.is_incomplete() {
                     // Stepping hit a run of deleted keys. Inside a row that

@@ -85,7 +85,7 @@ mod test_support;
 
 use std::fmt;
 
-pub use entries::{entry_encoded_len, max_entry_payload, EntryBatch, EntryIter, ENTRY_HEADER_LEN};
+pub use entries::{entry_encoded_len, max_entry_payload, EntryBatch, EntryCursor, EntryIter, ENTRY_HEADER_LEN};
 pub use error::{ErrorCode, ProtocolError};
 pub use locks::{entries_into_granted_lock, LockMode};
 pub use logical_notes::{parse_notes, LogicalNotes, Note, NOTES_MAGIC};
@@ -653,6 +653,24 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
             Response::Error { code, message }
         }
     })
+}
+
+/// An `Entries` answer as an [`EntryCursor`], its entries checked one by
+/// one as the caller reads them; `None` if `buf` holds another answer
+/// (decode it with [`decode_response`]).
+pub fn entries_cursor(buf: &[u8]) -> Result<Option<EntryCursor<'_>>, ProtocolError> {
+    need(buf, RESPONSE_HEADER_LEN)?;
+    if buf[0] != tag::ENTRIES {
+        return Ok(None);
+    }
+    check_zero(buf, 2..4, 0)?;
+    let more = match buf[1] {
+        0 => false,
+        1 => true,
+        _ => return Err(ProtocolError::NotZero { offset: 1 }),
+    };
+    let count = read_u32(buf, 4, 0)?;
+    Ok(Some(EntryCursor::new(more, count, &buf[RESPONSE_HEADER_LEN..], RESPONSE_HEADER_LEN)))
 }
 
 // ---------------------------------------------------------------------------
