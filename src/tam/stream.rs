@@ -706,6 +706,11 @@ impl RowStream {
                 self.pos += 1;
                 continue;
             }
+            if self.mvcc && self.group.is_none() {
+                if let Some(row) = self.decide_plain(e, reader) {
+                    return Some(row);
+                }
+            }
             if self.group != Some(e.rowid) {
                 if self.read_on_undecided() {
                     continue;
@@ -815,18 +820,65 @@ impl RowStream {
                 redirect: None,
             };
             if self.mvcc {
-                LAST.store(LastRow {
-                    cf: self.cf,
-                    rowid: row.rowid,
-                    creator: row.creator,
-                    tuple: row.tuple,
-                    tuple_len: row.tuple_len,
-                    epoch: LAST.epoch.load(Relaxed),
-                    newest: (e.version == self.group_first_version).then_some((e.version, self.batch_write_epoch)),
-                });
+                self.remember_last(&row, e.version);
             }
             return Some(row);
         }
+    }
+
+    /// The common case of a scan, decided without the general rules of
+    /// `next_row`: the first version read of a row (no row undecided
+    /// before it) that is plain (no flag but frozen: no delete, move or
+    /// chain) and visible to the MVCC snapshot. The stream is left as
+    /// `next_row` leaves it for such a row (what `dead_test` and the SSI
+    /// checks look at, invisible versions and tombstones, is not met).
+    /// `None` when the entry is not such a version: `next_row` examines it
+    /// then.
+    ///
+    /// # Safety
+    /// As `next_row`; `reader` is an MVCC snapshot and `e` the entry at `pos`.
+    unsafe fn decide_plain(&mut self, e: EntryPos, reader: Reader) -> Option<Row> {
+        let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
+        let (header, tuple) = RowHeader::decode(value).ok()?;
+        if header.flags & !pasv_am::row::FLAG_FROZEN != 0 || !visibility::creator_visible_memo(&header, reader, &mut self.memo) {
+            return None;
+        }
+        if let Some(bit) = self.range_bit(e.rowid) {
+            self.seen_bits |= bit;
+        }
+        self.group_first_version = e.version;
+        self.group_last_version = e.version;
+        self.newer_aborted = true;
+        self.pending_delete = pg_sys::InvalidTransactionId;
+        self.recently_dead = false;
+        self.rewound = false;
+        self.pos += 1;
+        self.decided = Some(e.rowid);
+        self.skip_rest_of(e.rowid);
+        let row = Row {
+            creator: header.xid,
+            rowid: e.rowid,
+            tuple: tuple.as_ptr() as *mut u8,
+            tuple_len: tuple.len(),
+            root: e.rowid,
+            redirect: None,
+        };
+        self.remember_last(&row, e.version);
+        Some(row)
+    }
+
+    /// `row`, just returned to an MVCC reader, becomes the last row (see
+    /// [`LastRow`]); `version` is the version it was read as.
+    fn remember_last(&self, row: &Row, version: u32) {
+        LAST.store(LastRow {
+            cf: self.cf,
+            rowid: row.rowid,
+            creator: row.creator,
+            tuple: row.tuple,
+            tuple_len: row.tuple_len,
+            epoch: LAST.epoch.load(Relaxed),
+            newest: (version == self.group_first_version).then_some((version, self.batch_write_epoch)),
+        });
     }
 
     /// The range is read to its end: remove the dead rows found, if asked.
