@@ -706,10 +706,20 @@ impl RowStream {
                 self.pos += 1;
                 continue;
             }
-            if self.mvcc && self.group.is_none() {
-                if let Some(row) = self.decide_plain(e, reader) {
-                    return Some(row);
-                }
+            let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
+            let (header, tuple) = match RowHeader::decode(value) {
+                Ok(decoded) => decoded,
+                Err(err) => crate::error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!("pasv: {doing}: bad row header at rowid {}: {err}", e.rowid),
+                    "The table's RocksDB data is damaged; restore from a backup.",
+                ),
+            };
+            // An MVCC snapshot's answer has no side effect, so it is asked
+            // here, once; other readers ask below, after `begin_row`.
+            let mvcc_visible = self.mvcc && visibility::creator_visible_memo(&header, reader, &mut self.memo);
+            if mvcc_visible && self.group.is_none() && header.flags & !pasv_am::row::FLAG_FROZEN == 0 {
+                return Some(self.decide_plain(e, &header, tuple));
             }
             if self.group != Some(e.rowid) {
                 if self.read_on_undecided() {
@@ -730,16 +740,8 @@ impl RowStream {
             self.pos += 1;
             self.rewound = false;
             self.group_last_version = e.version;
-            let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
-            let header = match RowHeader::decode(value) {
-                Ok((h, _)) => h,
-                Err(err) => crate::error::raise(
-                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                    format!("pasv: {doing}: bad row header at rowid {}: {err}", e.rowid),
-                    "The table's RocksDB data is damaged; restore from a backup.",
-                ),
-            };
-            if !visibility::creator_visible_memo(&header, reader, &mut self.memo) {
+            let visible = if self.mvcc { mvcc_visible } else { visibility::creator_visible_memo(&header, reader, &mut self.memo) };
+            if !visible {
                 if !self.dead_test.is_null() && self.newer_aborted && !visibility::creator_aborted(&header) {
                     self.newer_aborted = false;
                 }
@@ -814,8 +816,8 @@ impl RowStream {
             let row = Row {
                 creator: header.xid,
                 rowid: e.rowid,
-                tuple: self.buf.add(e.value_off as usize + pasv_am::row::HEADER_LEN),
-                tuple_len: e.value_len as usize - pasv_am::row::HEADER_LEN,
+                tuple: tuple.as_ptr() as *mut u8,
+                tuple_len: tuple.len(),
                 root: header.root().unwrap_or(e.rowid),
                 redirect: None,
             };
@@ -827,22 +829,16 @@ impl RowStream {
     }
 
     /// The common case of a scan, decided without the general rules of
-    /// `next_row`: the first version read of a row (no row undecided
-    /// before it) that is plain (no flag but frozen: no delete, move or
-    /// chain) and visible to the MVCC snapshot. The stream is left as
-    /// `next_row` leaves it for such a row (what `dead_test` and the SSI
-    /// checks look at, invisible versions and tombstones, is not met).
-    /// `None` when the entry is not such a version: `next_row` examines it
-    /// then.
+    /// `next_row`: entry `e` (at `pos`, with `header` and `tuple`) is the
+    /// first version read of a row (no row undecided before it), plain (no
+    /// flag but frozen: no delete, move or chain) and visible to the MVCC
+    /// snapshot. The stream is left as `next_row` leaves it for such a row
+    /// (what `dead_test` and the SSI checks look at, invisible versions
+    /// and tombstones, is not met).
     ///
     /// # Safety
-    /// As `next_row`; `reader` is an MVCC snapshot and `e` the entry at `pos`.
-    unsafe fn decide_plain(&mut self, e: EntryPos, reader: Reader) -> Option<Row> {
-        let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
-        let (header, tuple) = RowHeader::decode(value).ok()?;
-        if header.flags & !pasv_am::row::FLAG_FROZEN != 0 || !visibility::creator_visible_memo(&header, reader, &mut self.memo) {
-            return None;
-        }
+    /// As `next_row`.
+    unsafe fn decide_plain(&mut self, e: EntryPos, header: &RowHeader, tuple: &[u8]) -> Row {
         if let Some(bit) = self.range_bit(e.rowid) {
             self.seen_bits |= bit;
         }
@@ -864,7 +860,7 @@ impl RowStream {
             redirect: None,
         };
         self.remember_last(&row, e.version);
-        Some(row)
+        row
     }
 
     /// `row`, just returned to an MVCC reader, becomes the last row (see

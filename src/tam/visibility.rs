@@ -130,10 +130,12 @@ thread_local! {
 /// # Safety
 /// Must run in a backend inside a transaction; the snapshot must be valid.
 pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
-    let mut memo = MVCC_MEMO.with(|m| m.get());
-    let visible = creator_visible_memo(h, reader, &mut memo);
-    MVCC_MEMO.with(|m| m.set(memo));
-    visible
+    MVCC_MEMO.with(|m| {
+        let mut memo = m.get();
+        let visible = creator_visible_memo(h, reader, &mut memo);
+        m.set(memo);
+        visible
+    })
 }
 
 /// As [`creator_visible`], with the caller's memo: a scan's, which asks
