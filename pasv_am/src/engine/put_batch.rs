@@ -81,8 +81,10 @@ impl Engine {
 /// Entries of a batch above which it is a bulk write, whose new rows are
 /// cached only into free ways (`update_cache`).
 const BULK_ENTRIES: usize = 32;
-/// How many entries ahead a bulk batch's cache fill warms a set's words
-/// (far) and then the lines of the way it will take (near).
+/// How many entries ahead a bulk batch's cache update warms a set's words
+/// (far: every row's, since a change looks its row up there and a bulk
+/// UPDATE's or DELETE's rows are mostly not cached) and then the lines of
+/// the way a new row will take (near).
 const STORE_PREFETCH_FAR: usize = 6;
 const STORE_PREFETCH_NEAR: usize = 3;
 
@@ -121,12 +123,12 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         let n = rest.iter().take_while(|(r, _, _)| *r == rowid).count();
         let (run, tail) = rest.split_at_mut(n);
         let fresh = lsn > 0 && n == 1 && run[0].1 == 0 && run[0].2.value.is_some_and(is_unfrozen);
+        if let Some(far) = far.filter(|_| bulk) {
+            cache.prefetch_store(cf, far, false);
+        }
         // A heap-only row is an UPDATE's new version of a row just read
         // (its root redirects index fetches to it): cached as any change.
         if fresh && bulk && !run[0].2.value.is_some_and(is_heap_only) {
-            if let Some(far) = far {
-                cache.prefetch_store(cf, far, false);
-            }
             if let Some(near) = near {
                 cache.prefetch_store(cf, near, true);
             }

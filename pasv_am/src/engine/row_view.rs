@@ -22,7 +22,7 @@ use rocksdb::DBRawIteratorWithThreadMode;
 use super::error::rocks_with;
 use super::{Db, EngineError};
 use crate::keys::{ROWID_PREFIX_LEN, ROW_KEY_LEN};
-use crate::pack::{decode_pack_key, group_base, is_hidden, pack_key, Pack, PACK_KEY_LEN};
+use crate::pack::{decode_pack_key, group_base, is_hidden, pack_key, KeyBound, Pack, PACK_KEY_LEN};
 
 /// Where the view's current entry comes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -38,14 +38,16 @@ enum At {
 pub(super) struct RowView<'a> {
     raw: DBRawIteratorWithThreadMode<'a, Db>,
     /// Packed entries at or past this key are outside the read.
-    end: Vec<u8>,
+    end: KeyBound,
     /// Groups from this rowid's on may hold packs (`u64::MAX`: none do).
     pack_floor: u64,
     /// The open pack's bytes (a copy: the iterator moves on past its key
-    /// while its entries are merged), its group and entry count.
+    /// while its entries are merged) and its group.
     pack: Vec<u8>,
     pack_base: u64,
-    pack_len: usize,
+    /// The open pack's entries before this one are before the end: those
+    /// the view may give (0 when no pack is open).
+    pack_end: usize,
     /// The open pack's next entry not yet passed.
     pack_at: usize,
     /// The open pack's entries before this one are known to come before
@@ -62,11 +64,11 @@ impl<'a> RowView<'a> {
     pub(super) fn new(raw: DBRawIteratorWithThreadMode<'a, Db>, end: &[u8], pack_floor: u64) -> RowView<'a> {
         RowView {
             raw,
-            end: end.to_vec(),
+            end: KeyBound::of(end),
             pack_floor,
             pack: Vec::new(),
             pack_base: 0,
-            pack_len: 0,
+            pack_end: 0,
             pack_at: 0,
             pack_clear: 0,
             at: At::Nothing,
@@ -82,7 +84,7 @@ impl<'a> RowView<'a> {
 
     /// Positions the view at the first entry `>= target`.
     pub(super) fn seek(&mut self, target: &[u8]) {
-        self.pack_len = 0;
+        self.pack_end = 0;
         self.pack_at = 0;
         self.pack_clear = 0;
         if self.pack_floor != u64::MAX {
@@ -97,7 +99,7 @@ impl<'a> RowView<'a> {
                 self.raw.seek(key);
                 if self.raw.key() == Some(key.as_slice()) {
                     self.load_pack();
-                    self.pack_at = self.open_pack().lower_bound(target);
+                    self.pack_at = self.open_pack().lower_bound(target).min(self.pack_end);
                 }
             }
         }
@@ -171,12 +173,12 @@ impl<'a> RowView<'a> {
         match Pack::parse(base, &self.pack) {
             Ok(pack) => {
                 self.pack_base = base;
-                self.pack_len = pack.len();
+                self.pack_end = pack.lower_bound_from(0, &self.end);
                 self.pack_at = 0;
                 self.pack_clear = 0;
             }
             Err(e) => {
-                self.pack_len = 0;
+                self.pack_end = 0;
                 self.corrupt = Some(format!("pack of rows {base}..: {e}"));
             }
         }
@@ -199,37 +201,35 @@ impl<'a> RowView<'a> {
                 self.at = At::Nothing;
                 return;
             }
-            if self.pack_at < self.pack_len {
-                self.key = self.open_pack().key(self.pack_at);
-                if self.key.as_slice() >= self.end.as_slice() {
-                    self.pack_at = self.pack_len;
-                }
-            }
-            let packed = (self.pack_at < self.pack_len).then_some(self.key);
+            let packed = self.pack_at < self.pack_end;
             let Some((raw_key, raw_value)) = self.raw.item() else {
                 // An Incomplete stop hides what follows: stop as well.
                 let stopped = self.raw.status().is_err();
-                self.at = if packed.is_some() && !stopped { At::Packed } else { At::Nothing };
+                self.at = if packed && !stopped { At::Packed } else { At::Nothing };
                 if self.at == At::Packed {
-                    self.pack_clear = self.open_pack().lower_bound(&self.end);
+                    self.pack_clear = self.pack_end;
+                    self.key = self.open_pack().key(self.pack_at);
                 }
                 return;
             };
-            match packed.map(|p| raw_key.cmp(p.as_slice())) {
-                Some(std::cmp::Ordering::Greater) => {
+            if packed {
+                let raw = KeyBound::of(raw_key);
+                let pack = self.open_pack();
+                let before_raw = pack.lower_bound_from(self.pack_at, &raw);
+                if before_raw > self.pack_at {
                     // The open pack's entries come first (the next group's
                     // pack key among what follows them), up to the
                     // iterator's key or the end.
-                    let pack = self.open_pack();
-                    self.pack_clear = pack.lower_bound(raw_key).min(pack.lower_bound(&self.end));
+                    self.key = pack.key(self.pack_at);
+                    self.pack_clear = before_raw.min(self.pack_end);
                     self.at = At::Packed;
                     return;
                 }
-                Some(std::cmp::Ordering::Equal) => {
+                if pack.key_is(self.pack_at, &raw) {
                     // The row key is the newer write of this entry.
                     self.pack_at += 1;
                 }
-                _ => {}
+                // The iterator's entry comes first.
             }
             if raw_key.len() == PACK_KEY_LEN {
                 self.load_pack();
