@@ -270,7 +270,7 @@ impl<'a> Pack<'a> {
 /// was 6 % of the engine's samples).
 ///
 /// A key `k` is kept as its first [`ROW_KEY_LEN`] bytes (zero-padded) read
-/// as a big-endian integer, and whether it is longer. A row key `r` sorts
+/// as a big-endian integer, and its length. A row key `r` sorts
 /// before `k` exactly when its integer is below `k`'s, or equal with `k`
 /// longer (then `r` is a prefix of `k`); when equal with `k` no longer,
 /// `k` is `r` or a prefix of it, so `r` is not before `k`.
