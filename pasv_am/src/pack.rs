@@ -2,8 +2,8 @@
 //!
 //! A scan pays RocksDB's per-entry step (about 180 ns on the project's
 //! machine) for every row; a pack of [`PACK_ROWS`] rows pays it once. Owns
-//! the pack key, the pack value's layout and the marker that hides one
-//! packed entry; calls nothing. The engine writes packs and merges them
+//! the pack key, the pack value's layout, the marker that hides one packed
+//! entry, and the search of a pack by any key ([`KeyBound`]); calls nothing. The engine writes packs and merges them
 //! with the row keys around them (`engine::row_view`); nothing outside the
 //! engine ever sees one.
 //!
