@@ -174,6 +174,7 @@ pub unsafe extern "C-unwind" fn index_fetch_tuple(
     if let Err(e) = crate::ipc::client::fence_others() {
         crate::error::CallError::from(e).raise("fetching a row by TID");
     }
+    f.stream.cache_after_fence();
     match f.stream.next_row(Reader::Snapshot(snapshot), "fetching a row by TID") {
         Some(super::stream::Row { redirect: Some(member), .. }) => fetch_member(f, tid, member, snapshot, slot),
         Some(row) => {

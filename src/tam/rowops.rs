@@ -340,8 +340,11 @@ unsafe fn lock_row(
     tid_from_rowid(rowid, &mut tid);
     // Each retry follows a wait for a transaction that has ended by then, so
     // the loop ends when the lock frees; a stuck engine errors out.
-    // The head and the version after it: what Chain::read reads first.
-    let read = if read_chain { 2 } else { 0 };
+    // Enough for a chain whose newest version an aborted transaction wrote
+    // (it, the head, one more: `Chain::push`); with two such rows fell back
+    // to `Chain::read`, two waited scans each (TPC-C-like's rolled-back
+    // new_order left them on stock rows, HOT_PATH §47).
+    let read = if read_chain { 3 } else { 0 };
     let seen = scanned.as_ref().map(|&(_, _, write_epoch)| write_epoch);
     loop {
         let outcome = match crate::row_locks::lock(cf, rowid, xid, mode, evict, read, seen) {

@@ -93,6 +93,9 @@ pub struct RowStream {
     /// one-row read may be answered from the row cache, and a range may be
     /// read ahead.
     mvcc: bool,
+    /// The current one-row range may be answered from the row cache by any
+    /// reader: its caller fenced (`RowStream::cache_after_fence`).
+    fenced: bool,
     /// The range spans more than one row.
     wide: bool,
     /// The range is an index fetch's window of rows read ahead
@@ -411,6 +414,7 @@ impl RowStream {
             seen_bits: 0,
             newer_aborted: false,
             mvcc: false,
+            fenced: false,
             wide: true,
             window: false,
             batches: 0,
@@ -476,6 +480,18 @@ impl RowStream {
         self.window_hit_last = false;
         self.ahead = 0; // abandoned: the next read-ahead discards its answer
         self.ahead_displaced = false;
+        self.fenced = false;
+    }
+
+    /// Let a non-MVCC reader of the one-row range just set (a unique
+    /// check's dirty snapshot) take the row cache's answer, after its caller
+    /// ran `ipc::client::fence_others` and found the row in no other
+    /// backend's buffer: every write other backends posted before is then
+    /// applied to RocksDB and, before its answer, to the cache; this
+    /// backend's own are sent and waited for by `cached_row`; so the cached
+    /// answer is what the engine would read (src/ipc/HOT_PATH.md §48).
+    pub fn cache_after_fence(&mut self) {
+        self.fenced = true;
     }
 
     /// Restart the stream on an index fetch's read-ahead window `[lo, hi)`:
@@ -549,7 +565,7 @@ impl RowStream {
             None => (self.window_row(), self.window),
         };
         let cached: Option<engine_client::ScanCopied> = match cache_row {
-            Some(rowid) if self.mvcc => match engine_client::cached_row(self.cf, rowid, dest) {
+            Some(rowid) if self.mvcc || self.fenced => match engine_client::cached_row(self.cf, rowid, dest) {
                 Ok(c) => {
                     if in_window && c.is_some() {
                         // The window's next rows are likely cached too.
