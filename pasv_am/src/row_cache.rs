@@ -100,7 +100,20 @@ struct Header {
     /// ([`MISSES`]), answers installed by fills ([`FILLS`]): counters for
     /// `pasv.row_cache_stats()`.
     counters: StripedCounters,
+    /// Tables dropped so far ([`RowCache::forget_cf`]); engine DDL only
+    /// writes it, under the engine's DDL lock.
+    drops: AtomicU64,
+    _pad_drops: [AtomicU64; 7],
+    /// The last [`DROPPED_RING`] of them (their `cf_word`s, drop `d` at
+    /// `d % DROPPED_RING`; 0 when taken back by a create): their answers
+    /// are never asked for again, and a set that looks full sweeps them
+    /// (`store_in`).
+    dropped: [AtomicU64; DROPPED_RING],
 }
+
+/// Dropped tables remembered for sweeping (older ones' answers leave by
+/// replacement only, as every answer did before).
+const DROPPED_RING: usize = 64;
 
 const HITS: usize = 0;
 const MISSES: usize = 1;
@@ -195,7 +208,10 @@ struct Set {
     /// The generation whose stale answers were last swept from this set
     /// (see `store_in`). Writers only, under the set lock.
     swept: AtomicU64,
-    _pad: [AtomicU64; 4],
+    /// The header's `drops` when this set's answers of dropped tables were
+    /// last swept. Writers only, under the set lock.
+    swept_drops: AtomicU64,
+    _pad: [AtomicU64; 3],
     /// Per way, the tag ([`tag_of`]) of the row whose answer starts there, 0
     /// when none does: a lookup reads these two lines and then only the
     /// heads whose tag matches, not all of them (32 lines; a lookup was
@@ -312,6 +328,33 @@ impl RowCache {
             misses: h.counters.sum(MISSES),
             fills: h.counters.sum(FILLS),
             sets: self.sets as u64,
+        }
+    }
+
+    /// Table `cf` was dropped: its answers will never be asked for again.
+    /// They are swept from a set when it next looks full to a writer
+    /// (`store_in`), so a bulk load, which takes only free ways, gets them
+    /// (before, a dropped table's answers kept their ways until replaced:
+    /// a TPC-C load after the bulk benchmark's dropped tables found no room
+    /// and started with a fifth of its rows uncached). Engine DDL only,
+    /// one caller at a time (the engine's DDL lock).
+    pub fn forget_cf(&self, cf: CfRef) {
+        let h = self.header();
+        let d = h.drops.load(Ordering::Relaxed);
+        h.dropped[d as usize % DROPPED_RING].store(cf_word(cf), Ordering::Relaxed);
+        // Release: a writer that sees the new count sees the entry.
+        h.drops.store(d + 1, Ordering::Release);
+    }
+
+    /// Table `cf` exists again (a relfilenumber reused; its old answers are
+    /// retired by a new generation): it is no longer a dropped table whose
+    /// answers may be swept. Engine DDL only, as [`RowCache::forget_cf`].
+    pub fn unforget_cf(&self, cf: CfRef) {
+        let word = cf_word(cf);
+        for entry in &self.header().dropped {
+            // A writer sweeping with the old entry at this moment drops a
+            // few of the new table's answers: misses, never wrong answers.
+            let _ = entry.compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
 
@@ -642,6 +685,30 @@ impl RowCache {
         })
     }
 
+    /// Marks every answer of a table dropped before the `drops`-th drop
+    /// (and remembered) gone. Caller holds the set lock.
+    fn sweep_dropped(&self, set: &Set, drops: u64) {
+        let ring = &self.header().dropped;
+        let mut words = [0u64; DROPPED_RING];
+        let mut n = 0;
+        for entry in ring.iter().take((drops as usize).min(DROPPED_RING)) {
+            let word = entry.load(Ordering::Relaxed);
+            if word != 0 {
+                words[n] = word;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        for way in ways_in(ways_in_use(set)) {
+            let cf = set.heads[way].cf.load(Ordering::Relaxed);
+            if words[..n].contains(&cf) {
+                self.invalidate(set, way);
+            }
+        }
+    }
+
     /// Marks every answer of a generation other than `generation` gone.
     /// Caller holds the set lock.
     fn sweep_stale(&self, set: &Set, generation: u32) {
@@ -741,6 +808,16 @@ impl RowCache {
             self.sweep_stale(set, generation as u32);
             set.swept.store(generation, Ordering::Relaxed);
             free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+        }
+        if free.is_none() {
+            // Acquire pairs with `forget_cf`'s Release: the entries of the
+            // drops counted are there.
+            let drops = self.header().drops.load(Ordering::Acquire);
+            if set.swept_drops.load(Ordering::Relaxed) != drops {
+                self.sweep_dropped(set, drops);
+                set.swept_drops.store(drops, Ordering::Relaxed);
+                free = free_run(set.occupied.load(Ordering::Relaxed), ways);
+            }
         }
         let start = match free {
             Some(start) => start,
@@ -1184,6 +1261,31 @@ mod tests {
 
     fn put<'a>(key: &'a [u8], value: &'a [u8]) -> RowOp<'a> {
         RowOp { key, value: Some(value) }
+    }
+
+    /// A dropped table's answers are swept when a writer finds their set
+    /// full; a table created again under the same (db, rel) is live again,
+    /// and its answers stay.
+    #[test]
+    fn a_dropped_tables_answers_are_swept_when_their_set_is_full() {
+        let r = cache(1);
+        let c = r.1;
+        let other = CfRef { db: 5, rel: 16385 };
+        let fill = |cf: CfRef, from: u64| {
+            for rowid in from..from + 200 {
+                c.write_new_if_room(cf, rowid, &row_key(rowid, 0), b"a row of forty bytes, or about that long");
+            }
+            (from..from + 200).filter(|&r| c.lookup(cf, r, &mut [0u8; 4096]).is_some()).count()
+        };
+        let held = fill(T, 0);
+        assert!(held > 0 && held < 200, "the set took some rows ({held})");
+        c.forget_cf(T);
+        c.unforget_cf(T);
+        assert_eq!(fill(other, 1000), 0, "a table created again keeps its answers");
+        assert!(get(&c, 0).is_some(), "its answers are still there");
+        c.forget_cf(T);
+        assert_eq!(fill(other, 2000), held, "a dropped table's ways go to the next rows");
+        assert_eq!(get(&c, 0), None);
     }
 
     #[test]
