@@ -54,6 +54,9 @@ pub(super) struct RowView<'a> {
     /// the iterator's key and the end: they are given without comparing
     /// (the iterator only moves forward while a pack is open).
     pack_clear: usize,
+    /// The rowid of the first entry the view can give after the clear
+    /// run (`u64::MAX`: none within the read), or `None` when not known.
+    after_clear: Option<u64>,
     at: At,
     /// The current packed entry's key.
     key: [u8; ROW_KEY_LEN],
@@ -71,6 +74,7 @@ impl<'a> RowView<'a> {
             pack_end: 0,
             pack_at: 0,
             pack_clear: 0,
+            after_clear: None,
             at: At::Nothing,
             key: [0; ROW_KEY_LEN],
             corrupt: None,
@@ -133,9 +137,10 @@ impl<'a> RowView<'a> {
     /// When the current entry is packed: the open pack and the run of its
     /// entries from the current one that the view gives next, in order,
     /// with nothing between them (each is before the iterator's key and
-    /// the end).
-    pub(super) fn packed_run(&self) -> Option<(Pack<'_>, std::ops::Range<usize>)> {
-        (self.at == At::Packed).then(|| (self.open_pack(), self.pack_at..self.pack_clear))
+    /// the end), and the rowid of the entry after the run if known
+    /// (`u64::MAX`: none within the read).
+    pub(super) fn packed_run(&self) -> Option<(Pack<'_>, std::ops::Range<usize>, Option<u64>)> {
+        (self.at == At::Packed).then(|| (self.open_pack(), self.pack_at..self.pack_clear, self.after_clear))
     }
 
     /// Moves past `n` entries of the current packed run (`packed_run`).
@@ -208,6 +213,9 @@ impl<'a> RowView<'a> {
                 self.at = if packed && !stopped { At::Packed } else { At::Nothing };
                 if self.at == At::Packed {
                     self.pack_clear = self.pack_end;
+                    // The iterator is done and the rest of the pack is at
+                    // or past the end.
+                    self.after_clear = Some(u64::MAX);
                     self.key = self.open_pack().key(self.pack_at);
                 }
                 return;
@@ -222,6 +230,16 @@ impl<'a> RowView<'a> {
                     // iterator's key or the end.
                     self.key = pack.key(self.pack_at);
                     self.pack_clear = before_raw.min(self.pack_end);
+                    // What follows is the iterator's entry (or, if it hides
+                    // a packed entry, one after it: every later key's rowid
+                    // is at least its own), or nothing: the pack's entries
+                    // from `pack_end` on are at or past the end, and so is
+                    // the iterator's key when it comes after them.
+                    self.after_clear = if before_raw <= self.pack_end {
+                        raw_key.get(..ROWID_PREFIX_LEN).and_then(|p| p.try_into().ok()).map(u64::from_be_bytes)
+                    } else {
+                        Some(u64::MAX)
+                    };
                     self.at = At::Packed;
                     return;
                 }

@@ -70,9 +70,10 @@ fn first_row_at_or_past(end: &[u8]) -> u64 {
 /// (`RowView::packed_run`) that `scan_rows`'s loop would copy one by one
 /// with no other effect, without that loop's per-entry work (the view's
 /// merge, a key decode, the row bookkeeping): the run's entries whose row
-/// has no other entry in the answer so far, whose next entry in the run
-/// is of another row, and that do not end the range. The loop takes over
-/// at the first entry that is not so (the run's last among them), with
+/// has no other entry in the answer so far, whose next entry (in the run,
+/// or for its last the view's entry after it, when the view knows its
+/// rowid) is of another row, and that do not end the range. The loop
+/// takes over at the first entry that is not so, with
 /// `row`, `in_row` and `last_version` as it would have left them. True
 /// when `out` is full (the loop's "return with more").
 ///
@@ -89,10 +90,14 @@ fn copy_packed_run(
 ) -> bool {
     let mut copied = 0;
     let mut full = false;
-    if let Some((pack, run)) = iter.packed_run() {
+    if let Some((pack, run, after_run)) = iter.packed_run() {
         let mut entries = pack.run(run).peekable();
         while let Some((rowid, version, value)) = entries.next() {
-            let Some(&(next_rowid, _, _)) = entries.peek() else { break };
+            // The run's last entry is alone when the view knows what comes
+            // after the run (the entry of a row key between packed rows:
+            // before, each such key sent its neighbour down the per-entry
+            // path too).
+            let Some(next_rowid) = entries.peek().map(|&(r, _, _)| r).or(after_run) else { break };
             let alone = next_rowid != rowid && (per_row == 0 || *row != Some(rowid));
             if !alone || rowid.saturating_add(1) >= first_row_past_end || !out.try_push(&row_key(rowid, version), value) {
                 break;
