@@ -341,9 +341,9 @@ unsafe fn lock_row(
     // Each retry follows a wait for a transaction that has ended by then, so
     // the loop ends when the lock frees; a stuck engine errors out.
     // Enough for a chain whose newest version an aborted transaction wrote
-    // (it, the head, one more: `Chain::push`); with two such rows fell back
-    // to `Chain::read`, two waited scans each (TPC-C-like's rolled-back
-    // new_order left them on stock rows, HOT_PATH §47).
+    // (that version, the head, one more: `Chain::push`); with two, such a
+    // row fell back to `Chain::read`, two waited scans (TPC-C-like's
+    // rolled-back new_order leaves them on stock rows, HOT_PATH §47-48).
     let read = if read_chain { 3 } else { 0 };
     let seen = scanned.as_ref().map(|&(_, _, write_epoch)| write_epoch);
     loop {
