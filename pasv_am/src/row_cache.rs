@@ -40,7 +40,9 @@
 //!   dropped CF used, raise the cache's generation (after the change); an
 //!   answer of an older generation is never returned. A relfilenumber
 //!   reused by a new incarnation therefore never sees the old one's rows.
-//!   (Dropping alone raises nothing: nobody asks for a dropped CF's rows.)
+//!   (Dropping alone raises nothing: nobody asks for a dropped CF's rows.
+//!   The CF goes into a ring of recent drops instead, whose answers a
+//!   writer sweeps from a set it finds full, so their ways serve again.)
 //! * A fill never caches a row that has no versions. A row that was never
 //!   written (a rowid reserved by a backend, read through a stale TID or a
 //!   TID scan) therefore has no answer here, and a new row's first write
