@@ -484,7 +484,8 @@ impl RowStream {
     }
 
     /// Let a non-MVCC reader of the one-row range just set (a unique
-    /// check's dirty snapshot) take the row cache's answer, after its caller
+    /// check's dirty snapshot, an index's deletion check) take the row
+    /// cache's answer, after its caller
     /// ran `ipc::client::fence_others` and found the row in no other
     /// backend's buffer: every write other backends posted before is then
     /// applied to RocksDB and, before its answer, to the cache; this
