@@ -361,7 +361,8 @@ impl RowCache {
     }
 
     /// Raises the generation: every answer cached so far is stale (a CF was
-    /// created, dropped, truncated or filled by a copy).
+    /// truncated or filled by a copy, or created for a dropped CF's
+    /// relfilenumber; a drop alone only goes into the ring of drops).
     pub fn new_generation(&self) {
         self.header().generation.fetch_add(1, Ordering::SeqCst);
     }
