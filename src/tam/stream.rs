@@ -485,12 +485,13 @@ impl RowStream {
 
     /// Let a non-MVCC reader of the one-row range just set (a unique
     /// check's dirty snapshot, an index's deletion check) take the row
-    /// cache's answer, after its caller
-    /// ran `ipc::client::fence_others` and found the row in no other
-    /// backend's buffer: every write other backends posted before is then
-    /// applied to RocksDB and, before its answer, to the cache; this
-    /// backend's own are sent and waited for by `cached_row`; so the cached
-    /// answer is what the engine would read (src/ipc/HOT_PATH.md §48).
+    /// cache's answer, once its caller has run `ipc::client::fence_others`:
+    /// every write other backends posted before is then applied to RocksDB
+    /// and, before its answer, to the cache; this backend's own are sent
+    /// and waited for by `cached_row`; so the cached answer is what the
+    /// engine would read (src/ipc/HOT_PATH.md §48). Rows still in another
+    /// backend's buffer are in neither: a caller that must see them looks
+    /// them up itself, as the unique check's fetch does before its fence.
     pub fn cache_after_fence(&mut self) {
         self.fenced = true;
     }
