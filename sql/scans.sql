@@ -85,4 +85,86 @@ END $$;
 SELECT plan_rows('SELECT * FROM wide') BETWEEN 90000 AND 110000 AS estimate_ok;
 DROP FUNCTION plan_rows(text);
 
+-- A long scan's batches grow up to the read-ahead buffer (1 MB) instead of
+-- staying at the channel buffer's 64 kB: a serial count(*) over these rows
+-- made 502 scan requests with 64 kB batches, 36 with growing ones (HOT_PATH
+-- §49). Rows and sums equal a heap twin's, also where a
+-- scan stops early (LIMIT), goes back and forth (a scrollable cursor), or
+-- scans advance in turn (each displaces the others' read-aheads).
+CREATE TABLE ra_p (id int, v int, pad text) USING pasv;
+CREATE TABLE ra_h (id int, v int, pad text) USING heap;
+INSERT INTO ra_p SELECT g, g % 11, repeat('x', g % 40) FROM generate_series(1, 300000) g;
+INSERT INTO ra_h SELECT * FROM ra_p;
+UPDATE ra_p SET v = v + 1 WHERE id % 3 = 0;
+UPDATE ra_h SET v = v + 1 WHERE id % 3 = 0;
+DELETE FROM ra_p WHERE id % 7 = 0;
+DELETE FROM ra_h WHERE id % 7 = 0;
+CREATE TABLE ra_scans0 USING heap AS SELECT calls + posted AS n FROM pasv.channel_stats('backend') WHERE request = 'scan';
+SET max_parallel_workers_per_gather = 0;
+SELECT count(*), sum(v), sum(length(pad)) FROM ra_p;
+SELECT calls + posted - (SELECT n FROM ra_scans0) < 100 AS few_batches FROM pasv.channel_stats('backend') WHERE request = 'scan';
+RESET max_parallel_workers_per_gather;
+SELECT (SELECT row(count(*), sum(v), sum(length(pad))) FROM ra_p) = (SELECT row(count(*), sum(v), sum(length(pad))) FROM ra_h) AS same_sums;
+SELECT count(*), count(DISTINCT p.id), bool_and(p.v = h.v AND p.pad = h.pad) AS same_rows
+  FROM (SELECT * FROM ra_p LIMIT 9000) p JOIN ra_h h USING (id);
+CREATE FUNCTION ra_back_and_forth(t regclass) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    c refcursor;
+    r record;
+    n bigint := 0;
+    total bigint := 0;
+BEGIN
+    OPEN c SCROLL FOR EXECUTE format('SELECT id, v FROM %s', t);
+    LOOP
+        FETCH NEXT FROM c INTO r;
+        EXIT WHEN NOT FOUND;
+        n := n + 1;
+        total := total + r.id::bigint * r.v;
+        IF n % 20000 = 0 THEN
+            MOVE BACKWARD 15000 FROM c;
+            MOVE FORWARD 15000 FROM c;
+        END IF;
+    END LOOP;
+    RETURN n || ':' || total;
+END $$;
+SELECT ra_back_and_forth('ra_h') AS heap, ra_back_and_forth('ra_p') AS pasv;
+DROP FUNCTION ra_back_and_forth(regclass);
+-- Six scans in turn, 3 000 rows each: every one displaces the others'
+-- read-aheads, and more of them grow their buffers than the pool holds.
+CREATE FUNCTION ra_in_turn(t regclass) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    cur refcursor;
+    x int;
+    n bigint := 0;
+    total bigint := 0;
+    open_ones int := 6;
+    done bool[] := array_fill(false, ARRAY[6]);
+BEGIN
+    FOR i IN 1..6 LOOP
+        cur := 'ra_c' || i;
+        OPEN cur FOR EXECUTE format('SELECT v FROM %s WHERE id %% %s = 0', t, i);
+    END LOOP;
+    WHILE open_ones > 0 LOOP
+        FOR i IN 1..6 LOOP
+            CONTINUE WHEN done[i];
+            cur := 'ra_c' || i;
+            FOR k IN 1..3000 LOOP
+                FETCH cur INTO x;
+                IF NOT FOUND THEN
+                    done[i] := true;
+                    open_ones := open_ones - 1;
+                    CLOSE cur;
+                    EXIT;
+                END IF;
+                n := n + 1;
+                total := total + x * i;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RETURN n || ':' || total;
+END $$;
+SELECT ra_in_turn('ra_h') AS heap, ra_in_turn('ra_p') AS pasv;
+DROP FUNCTION ra_in_turn(regclass);
+DROP TABLE ra_p, ra_h, ra_scans0;
+
 DROP TABLE wide;

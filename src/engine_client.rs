@@ -602,10 +602,11 @@ fn copy_entries(bytes: &[u8], dest: &mut [u8]) -> Result<ScanCopied, CallError> 
     }
 }
 
-/// Ask for the scan `scan_into(cf, start, end, 0, per_row, _)` would make,
-/// without waiting for it: the engine reads while the backend works through
-/// the batch it has (double buffering). Returns the ticket for
-/// [`take_scan_ahead`].
+/// Ask for the scan `scan_into(cf, start, end, max_entries, per_row, _)`
+/// would make, without waiting for it: the engine reads while the backend
+/// works through the batch it has (double buffering). Returns the ticket
+/// for [`take_scan_ahead`]. The answer fills up to the read-ahead buffer
+/// (`client::ahead_bytes`), larger than a call's.
 ///
 /// The read-ahead runs in the backend's read-ahead slot, beside (and in no
 /// set order with) the requests of its main slot, so it may miss writes
@@ -616,14 +617,15 @@ fn copy_entries(bytes: &[u8], dest: &mut [u8]) -> Result<ScanCopied, CallError> 
 /// later write of this backend belongs to the reader's own command or a
 /// later one, and every write of another backend that is not applied yet
 /// commits after the reader's snapshot: the snapshot sees neither.
-pub fn scan_ahead(cf: CfRef, start: &[u8], end: &[u8], per_row: u32) -> Result<u64, CallError> {
+pub fn scan_ahead(cf: CfRef, start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> Result<u64, CallError> {
     crate::replay::wait_for_recovery();
-    let req = Request::Scan { cf, start, end, max_entries: 0, per_row };
+    let req = Request::Scan { cf, start, end, max_entries, per_row };
     Ok(client::post_ahead(encode_scan(&req))?)
 }
 
 /// The answer to read-ahead `ticket` copied into `dest`, or `None` when
-/// another read-ahead of this backend displaced it (ask with `scan_into`).
+/// another read-ahead of this backend displaced it (ask with `scan_into`);
+/// `dest` holds `client::ahead_bytes`.
 pub fn take_scan_ahead(ticket: u64, dest: &mut [u8]) -> Result<Option<ScanCopied>, CallError> {
     client::take_ahead(ticket, |bytes| copy_entries(bytes, dest))?.transpose()
 }

@@ -52,6 +52,7 @@ pub static BLOCK_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(256);
 pub static ROW_CACHE_MB: GucSetting<i32> = GucSetting::<i32>::new(128);
 pub static ENGINE_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
 pub static CHANNEL_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
+pub static READ_AHEAD_BUFFER_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static HOT_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -128,6 +129,17 @@ pub fn register() {
         GucContext::Postmaster,
         GucFlags::UNIT_KB,
     );
+    GucRegistry::define_int_guc(
+        c"pasv.read_ahead_buffer_size",
+        c"Size of each backend's read-ahead buffer (kB): the largest batch a long scan gets at once.",
+        c"A scan's batches after its first few are read ahead into this buffer, growing from the channel buffer's size \
+          up to this one. Never smaller than pasv.channel_buffer_size.",
+        &READ_AHEAD_BUFFER_KB,
+        16,
+        65536,
+        GucContext::Postmaster,
+        GucFlags::UNIT_KB,
+    );
     GucRegistry::define_bool_guc(
         c"pasv.pack_new_rows",
         c"Stores each whole group of 64 new rows that one bulk write brings (INSERT ... SELECT, COPY) as one RocksDB entry.",
@@ -173,6 +185,10 @@ pub fn engine_start_timeout() -> Duration {
 
 pub fn channel_buffer_bytes() -> usize {
     CHANNEL_BUFFER_KB.get() as usize * 1024
+}
+
+pub fn read_ahead_buffer_bytes() -> usize {
+    (READ_AHEAD_BUFFER_KB.get() as usize * 1024).max(channel_buffer_bytes())
 }
 
 pub fn durability() -> DurabilityMode {

@@ -61,7 +61,7 @@ fn layout() -> Layout {
     let nslots = unsafe {
         pg_sys::MaxBackends as usize + pg_sys::NUM_AUXILIARY_PROCS as usize + max_prepared_xacts as usize
     };
-    Layout::new(2 * nslots, crate::guc::channel_buffer_bytes())
+    Layout::new(2 * nslots, crate::guc::channel_buffer_bytes(), crate::guc::read_ahead_buffer_bytes())
 }
 
 /// # Safety

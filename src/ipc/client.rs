@@ -45,6 +45,7 @@ pub enum ChannelError {
 static BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static NSLOTS: AtomicUsize = AtomicUsize::new(0);
 static BUFFER_BYTES: AtomicUsize = AtomicUsize::new(0);
+static AHEAD_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     // A request posted with `post_checked` whose answer nobody has read yet.
@@ -80,6 +81,7 @@ pub fn my_stats() -> Option<Vec<super::KindStats>> {
 pub fn install(chan: Channel) {
     NSLOTS.store(chan.nslots(), Ordering::Relaxed);
     BUFFER_BYTES.store(chan.buffer_bytes(), Ordering::Relaxed);
+    AHEAD_BYTES.store(chan.ahead_bytes(), Ordering::Relaxed);
     BASE.store(chan.base_ptr(), Ordering::Release);
 }
 
@@ -88,7 +90,11 @@ pub fn channel() -> Option<Channel> {
     if base.is_null() {
         return None;
     }
-    let layout = super::Layout::new(NSLOTS.load(Ordering::Relaxed), BUFFER_BYTES.load(Ordering::Relaxed));
+    let layout = super::Layout::new(
+        NSLOTS.load(Ordering::Relaxed),
+        BUFFER_BYTES.load(Ordering::Relaxed),
+        AHEAD_BYTES.load(Ordering::Relaxed),
+    );
     // SAFETY: `base` was mapped by the shmem startup hook with this layout.
     Some(unsafe { Channel::from_raw(base, layout) })
 }
@@ -289,7 +295,7 @@ fn answer<R>(chan: &Channel, i: usize, kind: usize, read: impl FnOnce(&[u8]) -> 
     waiting.fetch_sub(1, Ordering::Relaxed);
     let slept = slept?;
     let slot = chan.slot(i);
-    let n = (slot.response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+    let n = (slot.response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
     let stats = &slot.stats;
     stats.bytes_received[kind].fetch_add(n as u64, Ordering::Relaxed);
     if slept {
@@ -416,7 +422,7 @@ pub fn forget_posted_answer() {
 /// Slot `i` is DONE: if its answer belongs to a checked post, copy it aside.
 fn keep_posted_answer(chan: &Channel, i: usize) {
     if CHECK_OUTSTANDING.with(|c| c.replace(false)) {
-        let n = (chan.slot(i).response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+        let n = (chan.slot(i).response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
         // SAFETY: DONE (waited by the caller): this backend owns the buffer.
         let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) }.to_vec();
         POSTED_ANSWER.with(|a| *a.borrow_mut() = Some(answer));
@@ -460,7 +466,7 @@ fn submit(
         keep_posted_answer(chan, i);
     }
     // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
-    let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_bytes()) };
+    let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_len(i)) };
     let len = fill(out)?;
     let kind = usize::from(out[0]) % super::REQUEST_KINDS;
     let stats = &slot.stats;
@@ -526,7 +532,14 @@ pub fn fence_others() -> Result<(), ChannelError> {
     Ok(())
 }
 
-/// Size of one slot buffer, or None when the channel is not mapped.
+/// Size of a main slot's buffer (the largest request, and the largest
+/// answer to a waited call), or None when the channel is not mapped.
 pub fn buffer_bytes() -> Option<usize> {
     channel().map(|c| c.buffer_bytes())
+}
+
+/// Size of a read-ahead slot's buffer (the largest answer to
+/// [`post_ahead`]), or None when the channel is not mapped.
+pub fn ahead_bytes() -> Option<usize> {
+    channel().map(|c| c.ahead_bytes())
 }

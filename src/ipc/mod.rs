@@ -5,12 +5,16 @@
 //! # Layout
 //! ```text
 //! ChannelHeader | SlotHeader × nslots (64-byte aligned) | submitted bitmap (one 64-bit word per
-//!   64 slots, each word on a cache line of its own) | buffer × nslots (buffer_bytes each, 4 KiB aligned)
+//!   64 slots, each word on a cache line of its own) | main buffer × nslots/2 (buffer_bytes each,
+//!   4 KiB aligned) | read-ahead buffer × nslots/2 (ahead_bytes each)
 //! ```
 //! Each process has two slots: its main one, whose index is its `PGPROC`
 //! number (`MyProc->pgprocno`), and its read-ahead slot, `nslots / 2`
 //! further on, which carries only scans' read-aheads. A backend never
-//! competes for its slots.
+//! competes for its slots. A read-ahead slot's buffer is larger than a main
+//! one (`pasv.read_ahead_buffer_size`): a scan's batch size is its buffer's,
+//! and a long scan pays the engine's per-answer costs (a claim, a wake, a
+//! new RocksDB iterator position) once per batch (HOT_PATH.md §49).
 //!
 //! # Protocol (one request in flight per slot)
 //! ```text
@@ -125,6 +129,7 @@ pub struct ChannelHeader {
     pub magic: u64,
     pub nslots: u32,
     pub buffer_bytes: u32,
+    pub ahead_bytes: u32,
     pub engine_state: AtomicU32,
     pub engine_pid: AtomicI32,
     /// Bumped by every submit; engine threads sleep on it.
@@ -330,7 +335,10 @@ fn align_up(n: usize, a: usize) -> usize {
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
     pub nslots: usize,
+    /// A main slot's buffer.
     pub buffer_bytes: usize,
+    /// A read-ahead slot's buffer.
+    pub ahead_bytes: usize,
     pub slots_offset: usize,
     pub submitted_offset: usize,
     pub buffers_offset: usize,
@@ -338,13 +346,14 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(nslots: usize, buffer_bytes: usize) -> Layout {
+    pub fn new(nslots: usize, buffer_bytes: usize, ahead_bytes: usize) -> Layout {
         let slots_offset = align_up(std::mem::size_of::<ChannelHeader>(), 64);
         let submitted_offset = slots_offset + nslots * std::mem::size_of::<SlotHeader>();
         let submitted_bytes = nslots.div_ceil(64) * std::mem::size_of::<OwnLine<AtomicU64>>();
         let buffers_offset = align_up(submitted_offset + submitted_bytes, BUFFER_ALIGN);
-        let total = buffers_offset + nslots * buffer_bytes + BUFFER_ALIGN;
-        Layout { nslots, buffer_bytes, slots_offset, submitted_offset, buffers_offset, total }
+        let procs = nslots / 2;
+        let total = buffers_offset + procs * buffer_bytes + (nslots - procs) * ahead_bytes + BUFFER_ALIGN;
+        Layout { nslots, buffer_bytes, ahead_bytes, slots_offset, submitted_offset, buffers_offset, total }
     }
 }
 
@@ -382,6 +391,7 @@ impl Channel {
         (*header).magic = MAGIC;
         (*header).nslots = layout.nslots as u32;
         (*header).buffer_bytes = layout.buffer_bytes as u32;
+        (*header).ahead_bytes = layout.ahead_bytes as u32;
         Channel { base, layout }
     }
 
@@ -409,8 +419,23 @@ impl Channel {
         i + self.procs()
     }
 
+    /// The size of a main slot's buffer: one request, or one answer to it.
     pub fn buffer_bytes(&self) -> usize {
         self.layout.buffer_bytes
+    }
+
+    /// The size of a read-ahead slot's buffer: one read-ahead's answer.
+    pub fn ahead_bytes(&self) -> usize {
+        self.layout.ahead_bytes
+    }
+
+    /// The size of slot `i`'s buffer.
+    pub fn buffer_len(&self, i: usize) -> usize {
+        if i < self.procs() {
+            self.layout.buffer_bytes
+        } else {
+            self.layout.ahead_bytes
+        }
     }
 
     pub fn slot(&self, i: usize) -> &SlotHeader {
@@ -444,7 +469,13 @@ impl Channel {
     /// `client` and `server` dereferences it.
     pub(crate) fn buffer_ptr(&self, i: usize) -> *mut u8 {
         assert!(i < self.layout.nslots, "slot {i} out of range");
+        let procs = self.procs();
+        let offset = if i < procs {
+            i * self.layout.buffer_bytes
+        } else {
+            procs * self.layout.buffer_bytes + (i - procs) * self.layout.ahead_bytes
+        };
         // SAFETY: in range of the region computed by Layout.
-        unsafe { self.base.add(self.layout.buffers_offset + i * self.layout.buffer_bytes) }
+        unsafe { self.base.add(self.layout.buffers_offset + offset) }
     }
 }

@@ -46,7 +46,7 @@ pub fn serve(
 ) {
     let header = chan.header();
     let words = chan.submitted_words();
-    let mut request = Vec::with_capacity(chan.buffer_bytes());
+    let mut request = Vec::with_capacity(chan.buffer_bytes().max(chan.ahead_bytes()));
     let mut first_word = thread_index % words;
     let mut idle_polls = 0u32;
     let mut idle_since: Option<Instant> = None;
@@ -207,13 +207,13 @@ fn serve_slot(
         debug_assert!(false, "slot {i} had its submitted bit without being SUBMITTED");
         return;
     }
-    let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_bytes());
+    let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
     let buf = chan.buffer_ptr(i);
     request.clear();
     // SAFETY: in state CLAIMED this thread owns the buffer (module
     // protocol); `len` is clamped to the buffer size.
     request.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
-    let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_bytes()) };
+    let response = unsafe { std::slice::from_raw_parts_mut(buf, chan.buffer_len(i)) };
     if request.first().is_some_and(|&op| pasv_am::protocol::is_write_op(op)) {
         let delay = header.test_write_delay_us.swap(0, Ordering::Relaxed);
         if delay > 0 {

@@ -118,6 +118,11 @@ pub struct RowStream {
     ahead_displaced: bool,
     /// `buf` and `index` are lent from the pool ([`lend_buffers`]).
     pooled: bool,
+    /// Entries the next read-ahead may bring: twice the last batch's, so
+    /// batches grow from the channel buffer's size to the read-ahead
+    /// buffer's (a scan that stops early, under a LIMIT, has the engine
+    /// read at most about what it read itself).
+    ahead_entries: u32,
     /// Which rows found dead to every snapshot (with `dead_test`) are
     /// removed when the stream reaches its end (`scan_prune`).
     pub prune: super::scan_prune::Prune,
@@ -145,9 +150,11 @@ pub struct RowStream {
 /// lent or spare: a query rarely runs more streams at once.
 const POOL_SIZE: usize = 4;
 
-/// One stream's buffers, allocated in `TopMemoryContext` by the pool.
+/// One stream's buffers, allocated in `TopMemoryContext` by the pool: a
+/// batch buffer of `cap` bytes and its entry index.
 #[derive(Clone, Copy)]
 struct Buffers {
+    cap: usize,
     buf: *mut u8,
     index: *mut EntryPos,
 }
@@ -157,25 +164,30 @@ thread_local! {
     static POOL: std::cell::RefCell<(Vec<Buffers>, Vec<Buffers>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Buffers for a new stream: a spare set, a new set while the pool has
-/// fewer than [`POOL_SIZE`], else `None` (the caller pallocs its own).
+/// Buffers of `buf_cap` bytes for a stream: a spare set of that size, a
+/// new set while the pool has fewer than [`POOL_SIZE`] of it, else `None`
+/// (the caller pallocs its own). Two sizes are asked for: the channel
+/// buffer's, and the read-ahead buffer's for a stream that reads ahead.
 ///
 /// # Safety
-/// Backend; `buf_cap` and `index_cap` are the same for every call (the
-/// channel buffer size is fixed at server start).
+/// Backend; `index_cap` is the same for every call with one `buf_cap` (the
+/// buffer sizes are fixed at server start).
 unsafe fn lend_buffers(buf_cap: usize, index_cap: usize) -> Option<Buffers> {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        let set = match p.0.pop() {
-            Some(set) => set,
-            None if p.0.len() + p.1.len() < POOL_SIZE => Buffers {
+        let (spare, lent) = &mut *p;
+        let of_size = |sets: &Vec<Buffers>| sets.iter().filter(|set| set.cap == buf_cap).count();
+        let set = match spare.iter().rposition(|set| set.cap == buf_cap) {
+            Some(i) => spare.swap_remove(i),
+            None if of_size(spare) + of_size(lent) < POOL_SIZE => Buffers {
+                cap: buf_cap,
                 buf: pg_sys::MemoryContextAlloc(pg_sys::TopMemoryContext, buf_cap) as *mut u8,
                 index: pg_sys::MemoryContextAlloc(pg_sys::TopMemoryContext, index_cap * std::mem::size_of::<EntryPos>())
                     as *mut EntryPos,
             },
             None => return None,
         };
-        p.1.push(set);
+        lent.push(set);
         Some(set)
     })
 }
@@ -189,6 +201,11 @@ fn return_buffers(buf: *mut u8) {
             p.0.push(set);
         }
     });
+}
+
+/// Entries a batch of `buf_cap` bytes can hold at most.
+fn index_capacity(buf_cap: usize) -> usize {
+    buf_cap / protocol::entry_encoded_len(ROW_KEY_LEN, 0) + 1
 }
 
 /// At the abort of the top-level transaction every stream is dead (their
@@ -379,10 +396,11 @@ impl RowStream {
 
     unsafe fn with_buffers(cf: CfRef, from_pool: bool) -> RowStream {
         let buf_cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-        let index_cap = buf_cap / protocol::entry_encoded_len(ROW_KEY_LEN, 0) + 1;
+        let index_cap = index_capacity(buf_cap);
         let (lo, hi) = keys::row_range(0, keys::MAX_ROWID + 1);
         let lent = if from_pool { lend_buffers(buf_cap, index_cap) } else { None };
-        let Buffers { buf, index } = lent.unwrap_or_else(|| Buffers {
+        let Buffers { buf, index, .. } = lent.unwrap_or_else(|| Buffers {
+            cap: buf_cap,
             buf: pg_sys::palloc(buf_cap) as *mut u8,
             index: pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos,
         });
@@ -424,6 +442,7 @@ impl RowStream {
             ahead_per_row: 0,
             ahead_displaced: false,
             pooled: lent.is_some(),
+            ahead_entries: 0,
             prune: super::scan_prune::Prune::Nothing,
             follow_redirects: false,
             follow_hot_moves: false,
@@ -549,9 +568,42 @@ impl RowStream {
         }
     }
 
+    /// The buffers become the read-ahead buffer's size (a read-ahead's
+    /// answer may be that large), from the pool or, for a stream with
+    /// buffers of its own, in their memory context. Only between batches:
+    /// the current batch's bytes are not kept.
+    unsafe fn grow_buffers(&mut self) {
+        let Some(cap) = crate::ipc::client::ahead_bytes().filter(|&cap| cap > self.buf_cap) else { return };
+        let index_cap = index_capacity(cap);
+        if self.pooled {
+            if let Some(set) = lend_buffers(cap, index_cap) {
+                return_buffers(self.buf);
+                self.buf = set.buf;
+                self.index = set.index;
+                self.buf_cap = cap;
+                self.index_cap = index_cap;
+                return;
+            }
+            // No big set to lend: the small one goes back, and this
+            // stream's own buffers come from the current context.
+            return_buffers(self.buf);
+            self.pooled = false;
+            self.buf = pg_sys::palloc(cap) as *mut u8;
+            self.index = pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos;
+        } else {
+            self.buf = pg_sys::repalloc(self.buf.cast(), cap) as *mut u8;
+            self.index = pg_sys::repalloc(self.index.cast(), index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos;
+        }
+        self.buf_cap = cap;
+        self.index_cap = index_cap;
+    }
+
     /// Fetch the next batch from `next_start`.
     unsafe fn fetch(&mut self, doing: &str) {
         bump_epoch();
+        if self.ahead != 0 {
+            self.grow_buffers();
+        }
         // Before anything is read: a row lock granted later compares it
         // with the end of the row's last writer (`last_row_newest`).
         let write_epoch = crate::row_locks::write_epoch();
@@ -643,7 +695,8 @@ impl RowStream {
         // this one is worked through.
         if self.more && self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced {
             self.ahead_write_epoch = crate::row_locks::write_epoch();
-            match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row) {
+            self.ahead_entries = u32::try_from(n).unwrap_or(u32::MAX).saturating_mul(2).max(1);
+            match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row, self.ahead_entries) {
                 Ok(ticket) => {
                     self.ahead = ticket;
                     self.ahead_start = self.next_start;
