@@ -39,6 +39,10 @@ pub struct PasvScan {
     range_hi: u64,
     /// The rowid block (+1; 0: none yet) last counted in the statistics.
     stats_block: u64,
+    /// Parallel scans: the chunk `[lo, hi)` taken before the current one
+    /// ended, whose first batch is read ahead (`hi == 0`: none).
+    next_chunk_lo: u64,
+    next_chunk_hi: u64,
     tuple: pg_sys::HeapTupleData,
     /// Bitmap scans: -2 when not a bitmap scan; for the current block, -1
     /// when lossy, else the number of exact offsets at `bm_offsets`.
@@ -201,6 +205,9 @@ impl PasvScan {
         loop {
             let reader = self.reader();
             if let Some(row) = self.stream.next_row(reader, "scanning") {
+                if self.next_chunk_hi == 0 && self.stream.range_fetched() {
+                    self.take_next_chunk();
+                }
                 if self.bm_ntuples >= 0 && !self.bm_by_row() && !self.bitmap_wants(row.rowid) {
                     continue;
                 }
@@ -228,12 +235,35 @@ impl PasvScan {
                 return None;
             }
             let p = self.parallel()?;
+            if self.next_chunk_hi != 0 {
+                let (lo, hi) = (self.next_chunk_lo, std::mem::take(&mut self.next_chunk_hi));
+                self.stream.continue_range(lo, hi);
+                continue;
+            }
             let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
             if lo >= p.end_rowid {
                 return None;
             }
             let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
             self.stream.set_range(lo, hi);
+        }
+    }
+
+    /// A parallel participant whose stream holds its chunk's last batch
+    /// takes its next chunk now and has the engine read that chunk's first
+    /// batch while this one is worked through (without it, every chunk
+    /// began with a waited read: HOT_PATH.md §49).
+    fn take_next_chunk(&mut self) {
+        let Some(p) = self.parallel() else { return };
+        let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
+        if lo >= p.end_rowid {
+            return;
+        }
+        let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
+        self.next_chunk_lo = lo;
+        self.next_chunk_hi = hi;
+        if let Err(e) = self.stream.read_ahead_range(lo, hi) {
+            e.raise("scanning");
         }
     }
 
@@ -444,6 +474,8 @@ pub unsafe extern "C-unwind" fn scan_rescan(
         s.base.rs_flags = f;
     }
     s.stream.set_range(s.range_lo, s.range_hi);
+    // A chunk taken ahead belongs to the parallel scan being restarted.
+    s.next_chunk_hi = 0;
     s.at_row = false;
     s.moved_back = false;
     s.tid_blocks = None;

@@ -502,6 +502,47 @@ impl RowStream {
         self.fenced = false;
     }
 
+    /// Whether the current range's last batch is in hand: nothing more to
+    /// fetch for it (unless a row still undecided at its end asks for older
+    /// versions) and no read-ahead in flight.
+    pub fn range_fetched(&self) -> bool {
+        !self.more && self.ahead == 0 && self.count > 0
+    }
+
+    /// Read ahead the first batch of `[lo, hi)`, the range this stream will
+    /// be continued on ([`RowStream::continue_range`]) once the current one
+    /// ends: a parallel scan's next chunk. Only where a read-ahead of the
+    /// current range would be allowed (`fetch`: an MVCC reader past its
+    /// first synchronous batches, so every earlier write of this backend
+    /// was applied); otherwise nothing is asked.
+    pub fn read_ahead_range(&mut self, lo: u64, hi: u64) -> Result<(), crate::error::CallError> {
+        if !(self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced && self.ahead == 0) {
+            return Ok(());
+        }
+        let (start, end) = keys::row_range(lo.min(hi), hi.min(keys::MAX_ROWID + 1));
+        self.ahead_write_epoch = crate::row_locks::write_epoch();
+        // The first batch of a wide range asks for one version a row
+        // (`set_range`), and as many entries as the last read-ahead (none
+        // yet: as many as the buffer holds; the chunk bounds it).
+        self.ahead = engine_client::scan_ahead(self.cf, &start, &end, 1, self.ahead_entries)?;
+        self.ahead_start = start;
+        self.ahead_per_row = 1;
+        Ok(())
+    }
+
+    /// Go on to `[lo, hi)` as the same scan: as [`RowStream::set_range`],
+    /// but the read-ahead of its first batch
+    /// ([`RowStream::read_ahead_range`]) is kept, and so is the count of
+    /// batches, so the new range reads ahead from its first batch on.
+    pub fn continue_range(&mut self, lo: u64, hi: u64) {
+        let (ahead, ahead_start, ahead_per_row, batches) = (self.ahead, self.ahead_start, self.ahead_per_row, self.batches);
+        self.set_range(lo, hi);
+        self.batches = batches;
+        if ahead != 0 && ahead_start == self.next_start && ahead_per_row == self.per_row {
+            self.ahead = ahead;
+        }
+    }
+
     /// Let a non-MVCC reader of the one-row range just set (a unique
     /// check's dirty snapshot, an index's deletion check) take the row
     /// cache's answer, once its caller has run `ipc::client::fence_others`:
