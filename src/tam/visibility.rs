@@ -81,26 +81,35 @@ pub unsafe fn begin_row(reader: Reader) {
 /// an earlier one's, so equal sizes mean equal sets).
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct MvccKey {
+    // First: remembered answers differ in it most often, and the derived
+    // comparison stops at the first field that differs.
+    xid: u32,
     snapshot: usize,
     completions: u64,
     xmin: u32,
     xmax: u32,
     xcnt: u32,
     subxcnt: i32,
-    xid: u32,
 }
 
-/// One remembered answer (see [`MvccKey`]); a scan keeps its own
-/// ([`creator_visible_memo`]), other callers share one per backend.
+/// The last few remembered answers (see [`MvccKey`]), the most recently
+/// used first; a scan keeps its own ([`creator_visible_memo`]), other
+/// callers share one per backend. Several, not one: in a table after an
+/// UPDATE and a DELETE, the rows of the load's creator alternate with the
+/// updater's and the deleter's versions, and one remembered answer missed
+/// about four rows in ten of such a scan (HOT_PATH.md §49).
 #[derive(Clone, Copy)]
 pub struct MvccMemo {
-    key: MvccKey,
-    visible: bool,
+    answers: [(MvccKey, bool); MEMO_ANSWERS],
 }
 
+/// Answers an [`MvccMemo`] keeps.
+const MEMO_ANSWERS: usize = 4;
+
 impl MvccMemo {
-    pub const EMPTY: MvccMemo =
-        MvccMemo { key: MvccKey { snapshot: 0, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0, xid: 0 }, visible: false };
+    pub const EMPTY: MvccMemo = MvccMemo {
+        answers: [(MvccKey { snapshot: 0, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0, xid: 0 }, false); MEMO_ANSWERS],
+    };
 
     /// # Safety
     /// `snapshot` is a valid MVCC snapshot.
@@ -116,8 +125,22 @@ impl MvccMemo {
         }
     }
 
-    fn answer(self, key: MvccKey) -> Option<bool> {
-        (self.key == key && key.xid != 0).then_some(self.visible)
+    /// The remembered answer for `key`, which becomes the most recent.
+    fn answer(&mut self, key: MvccKey) -> Option<bool> {
+        if key.xid == 0 {
+            return None;
+        }
+        let i = self.answers.iter().position(|(k, _)| *k == key)?;
+        let found = self.answers[i];
+        self.answers.copy_within(0..i, 1);
+        self.answers[0] = found;
+        Some(found.1)
+    }
+
+    /// Remember `visible` for `key`, forgetting the least recent answer.
+    fn remember(&mut self, key: MvccKey, visible: bool) {
+        self.answers.copy_within(0..MEMO_ANSWERS - 1, 1);
+        self.answers[0] = (key, visible);
     }
 }
 
@@ -169,7 +192,7 @@ pub unsafe fn creator_visible_memo(h: &RowHeader, reader: Reader, memo: &mut Mvc
                 return h.cid < (*snapshot).curcid;
             }
             let visible = !pg_sys::XidInMVCCSnapshot(xid, snapshot) && pg_sys::TransactionIdDidCommit(xid);
-            *memo = MvccMemo { key, visible };
+            memo.remember(key, visible);
             visible
         }
         SNAPSHOT_SELF => {
