@@ -18,8 +18,8 @@
 //! asked for is installed referenced; others (changes, new rows, a miss's
 //! warmed run) unreferenced. In a full set, a fill or a change evicts from
 //! the hand on, clearing the bits of the referenced answers it passes; a
-//! warmed run takes only free ways and those of unreferenced answers and
-//! clears nothing; a bulk batch's new rows take only free ways.
+//! warmed run and a bulk batch's new rows take only free ways and those of
+//! unreferenced answers, and clear nothing.
 //!
 //! Who writes: only engine threads, each change of a set under the set's
 //! lock bit (readers' reference bits aside). Readers (backends) take no lock: every head is a seqlock (odd
@@ -154,11 +154,9 @@ const FLAG_REFERENCED: u64 = 4;
 /// Where an answer being stored may go when its set has no free run.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Placement {
-    /// Free ways (and those of stale answers) only: a bulk batch's new rows.
-    Free,
-    /// Also the ways of answers not referenced since the hand last passed
-    /// them, looking a few positions ahead: rows nobody asked for yet (a
-    /// miss's run).
+    /// The ways of answers not referenced since the hand last passed them,
+    /// looking a few positions ahead: rows nobody asked for yet (a miss's
+    /// run, a bulk batch's new rows).
     Unreferenced,
     /// Anywhere: the hand gives each referenced answer a second chance.
     Any,
@@ -335,7 +333,7 @@ impl RowCache {
 
     /// Table `cf` was dropped: its answers will never be asked for again.
     /// They are swept from a set when it next looks full to a writer
-    /// (`store_in`), so a bulk load, which takes only free ways, gets them
+    /// (`store_in`), so a bulk load gets them without evicting anything
     /// (before, a dropped table's answers kept their ways until replaced:
     /// a TPC-C load after the bulk benchmark's dropped tables found no room
     /// and started with a fifth of its rows uncached). Engine DDL only,
@@ -655,11 +653,14 @@ impl RowCache {
     }
 
     /// A new row's only version (`key`, `value`), written by a bulk insert:
-    /// cached only where its set has free ways, never evicting an answer
-    /// (a load fills an idle cache and leaves a busy one's rows alone, as
-    /// heap's bulk-write ring keeps a COPY from evicting shared_buffers).
-    /// A new row has no answer to invalidate (fills never cache a row
-    /// without versions), so nothing else is done.
+    /// cached where its set has free ways or answers nobody read since the
+    /// hand last passed them (an earlier load's rows, rows gone cold),
+    /// never evicting one being read (a load leaves a busy cache's hot rows
+    /// alone, as heap's bulk-write ring keeps a COPY from evicting
+    /// shared_buffers). Free ways only left every table loaded after the
+    /// cache first filled up cold, whatever the rows filling it were
+    /// (HOT_PATH.md §49). A new row has no answer to invalidate (fills
+    /// never cache a row without versions), so nothing else is done.
     pub fn write_new_if_room(&self, cf: CfRef, rowid: u64, key: &[u8], value: &[u8]) {
         let (index, tag) = self.place(cf, rowid);
         let set = self.set(index);
@@ -668,7 +669,7 @@ impl RowCache {
         SCRATCH.with(|scratch| {
             let (_, answer) = &mut *scratch.borrow_mut();
             if let Some(len) = encode(&[(key, value)], &mut answer[..]) {
-                self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, Placement::Free, false);
+                self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, Placement::Unreferenced, false);
             }
         });
         set.lock.store(version + 2, Ordering::SeqCst);
@@ -824,7 +825,6 @@ impl RowCache {
         }
         let start = match free {
             Some(start) => start,
-            None if placement == Placement::Free => return,
             None => match self.clock_victim(set, ways, placement) {
                 Some(start) => start,
                 None => return,
@@ -1266,6 +1266,32 @@ mod tests {
         RowOp { key, value: Some(value) }
     }
 
+    /// A bulk load into a full set takes the ways of answers nobody read
+    /// since the hand passed them (here the load's own earlier rows and
+    /// an earlier load's unread ones), never those of answers being read.
+    /// Before, it took free ways only: a table loaded into a full cache
+    /// stayed cold.
+    #[test]
+    fn a_bulk_load_takes_the_ways_of_unread_answers() {
+        let r = cache(1);
+        let c = r.1;
+        let other = CfRef { db: 5, rel: 16385 };
+        let row = b"a row of forty bytes, or about that long";
+        for rowid in 0..200 {
+            c.write_new_if_room(T, rowid, &row_key(rowid, 0), row);
+        }
+        // Read the last fifty rows loaded (which sets their bits).
+        let read: Vec<u64> = (150..200).filter(|&r| get(&c, r).is_some()).collect();
+        assert_eq!(read.len(), 50, "the newest rows of a load are cached");
+        for rowid in 1000..1200 {
+            c.write_new_if_room(other, rowid, &row_key(rowid, 0), row);
+        }
+        let loaded = (1000..1200).filter(|&r| c.lookup(other, r, &mut [0u8; 4096]).is_some()).count();
+        assert!(loaded > 0, "the second load took no way of the first one's unread rows");
+        assert!(read.iter().all(|&r| get(&c, r).is_some()), "a row being read was evicted by a bulk load");
+        assert_occupancy_matches_heads(c.set(0), 0);
+    }
+
     /// A dropped table's answers are swept when a writer finds their set
     /// full; a table created again under the same (db, rel) is live again,
     /// and its answers stay.
@@ -1285,10 +1311,12 @@ mod tests {
         c.forget_cf(T);
         c.unforget_cf(T);
         assert_eq!(fill(other, 1000), 0, "a table created again keeps its answers");
-        assert!(get(&c, 0).is_some(), "its answers are still there");
+        // A load keeps its newest rows (each later row takes the ways of
+        // the earliest unread one), and the lookups above read them all.
+        assert!(get(&c, 199).is_some(), "its answers are still there");
         c.forget_cf(T);
         assert_eq!(fill(other, 2000), held, "a dropped table's ways go to the next rows");
-        assert_eq!(get(&c, 0), None);
+        assert_eq!(get(&c, 199), None);
     }
 
     #[test]
