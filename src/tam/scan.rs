@@ -234,19 +234,23 @@ impl PasvScan {
                 // Bitmap block done: the executor moves to the next block.
                 return None;
             }
-            let p = self.parallel()?;
+            self.parallel()?;
             if self.next_chunk_hi != 0 {
                 let (lo, hi) = (self.next_chunk_lo, std::mem::take(&mut self.next_chunk_hi));
                 self.stream.continue_range(lo, hi);
                 continue;
             }
-            let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
-            if lo >= p.end_rowid {
-                return None;
-            }
-            let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
+            let (lo, hi) = self.claim_chunk()?;
             self.stream.set_range(lo, hi);
         }
+    }
+
+    /// A parallel scan's next chunk of rowids from the shared cursor, or
+    /// `None` when the table is done (or the scan is not parallel).
+    fn claim_chunk(&self) -> Option<(u64, u64)> {
+        let p = self.parallel()?;
+        let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
+        (lo < p.end_rowid).then(|| (lo, (lo + PARALLEL_CHUNK).min(p.end_rowid)))
     }
 
     /// A parallel participant whose stream holds its chunk's last batch
@@ -254,12 +258,7 @@ impl PasvScan {
     /// batch while this one is worked through (without it, every chunk
     /// began with a waited read: HOT_PATH.md §49).
     fn take_next_chunk(&mut self) {
-        let Some(p) = self.parallel() else { return };
-        let lo = p.next_rowid.fetch_add(PARALLEL_CHUNK, Ordering::Relaxed);
-        if lo >= p.end_rowid {
-            return;
-        }
-        let hi = (lo + PARALLEL_CHUNK).min(p.end_rowid);
+        let Some((lo, hi)) = self.claim_chunk() else { return };
         self.next_chunk_lo = lo;
         self.next_chunk_hi = hi;
         if let Err(e) = self.stream.read_ahead_range(lo, hi) {

@@ -516,18 +516,14 @@ impl RowStream {
     /// first synchronous batches, so every earlier write of this backend
     /// was applied); otherwise nothing is asked.
     pub fn read_ahead_range(&mut self, lo: u64, hi: u64) -> Result<(), crate::error::CallError> {
-        if !(self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced && self.ahead == 0) {
+        if !self.may_read_ahead() || self.ahead != 0 {
             return Ok(());
         }
         let (start, end) = keys::row_range(lo.min(hi), hi.min(keys::MAX_ROWID + 1));
-        self.ahead_write_epoch = crate::row_locks::write_epoch();
         // The first batch of a wide range asks for one version a row
         // (`set_range`), and as many entries as the last read-ahead (none
         // yet: as many as the buffer holds; the chunk bounds it).
-        self.ahead = engine_client::scan_ahead(self.cf, &start, &end, 1, self.ahead_entries)?;
-        self.ahead_start = start;
-        self.ahead_per_row = 1;
-        Ok(())
+        self.read_ahead(start, &end, 1)
     }
 
     /// Go on to `[lo, hi)` as the same scan: as [`RowStream::set_range`],
@@ -617,20 +613,18 @@ impl RowStream {
         let Some(cap) = crate::ipc::client::ahead_bytes().filter(|&cap| cap > self.buf_cap) else { return };
         let index_cap = index_capacity(cap);
         if self.pooled {
-            if let Some(set) = lend_buffers(cap, index_cap) {
-                return_buffers(self.buf);
-                self.buf = set.buf;
-                self.index = set.index;
-                self.buf_cap = cap;
-                self.index_cap = index_cap;
-                return;
-            }
-            // No big set to lend: the small one goes back, and this
+            // The small set goes back; with no big one to lend, this
             // stream's own buffers come from the current context.
             return_buffers(self.buf);
-            self.pooled = false;
-            self.buf = pg_sys::palloc(cap) as *mut u8;
-            self.index = pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos;
+            let set = lend_buffers(cap, index_cap);
+            self.pooled = set.is_some();
+            let Buffers { buf, index, .. } = set.unwrap_or_else(|| Buffers {
+                cap,
+                buf: pg_sys::palloc(cap) as *mut u8,
+                index: pg_sys::palloc(index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos,
+            });
+            self.buf = buf;
+            self.index = index;
         } else {
             self.buf = pg_sys::repalloc(self.buf.cast(), cap) as *mut u8;
             self.index = pg_sys::repalloc(self.index.cast(), index_cap * std::mem::size_of::<EntryPos>()) as *mut EntryPos;
@@ -734,18 +728,33 @@ impl RowStream {
         // and the first, read synchronously, applied this backend's earlier
         // writes: see `scan_ahead`), the engine reads the next batch while
         // this one is worked through.
-        if self.more && self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced {
-            self.ahead_write_epoch = crate::row_locks::write_epoch();
+        if self.more && self.may_read_ahead() {
             self.ahead_entries = u32::try_from(n).unwrap_or(u32::MAX).saturating_mul(2).max(1);
-            match engine_client::scan_ahead(self.cf, &self.next_start, &self.end, self.per_row, self.ahead_entries) {
-                Ok(ticket) => {
-                    self.ahead = ticket;
-                    self.ahead_start = self.next_start;
-                    self.ahead_per_row = self.per_row;
-                }
-                Err(e) => e.raise(doing),
+            let (start, end) = (self.next_start, self.end);
+            if let Err(e) = self.read_ahead(start, &end, self.per_row) {
+                e.raise(doing);
             }
         }
+    }
+
+    /// Whether a read-ahead may be asked for now (`fetch`'s rule): an MVCC
+    /// reader of a range, not a window, past its first two batches (the
+    /// first, read synchronously, applied this backend's earlier writes:
+    /// see `engine_client::scan_ahead`), whose read-aheads were not
+    /// displaced by another stream's.
+    fn may_read_ahead(&self) -> bool {
+        self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced
+    }
+
+    /// Ask the engine for `[start, end)` with `per_row` versions a row and
+    /// at most `ahead_entries` entries, into the read-ahead slot; the
+    /// stream takes the answer when it next asks for exactly `start`.
+    fn read_ahead(&mut self, start: [u8; ROW_KEY_LEN], end: &[u8], per_row: u32) -> Result<(), crate::error::CallError> {
+        self.ahead_write_epoch = crate::row_locks::write_epoch();
+        self.ahead = engine_client::scan_ahead(self.cf, &start, end, per_row, self.ahead_entries)?;
+        self.ahead_start = start;
+        self.ahead_per_row = per_row;
+        Ok(())
     }
 
     /// `[start, end)` with `per_row` versions a row from the engine, into `dest`.
