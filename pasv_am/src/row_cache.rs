@@ -618,6 +618,23 @@ impl RowCache {
     /// or caches the row when `fresh` (its only version is the one `ops`
     /// puts: a new row), or drops what no longer holds.
     pub fn write(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>], fresh: bool) {
+        self.write_in(cf, rowid, ops, fresh, true);
+    }
+
+    /// [`RowCache::write`] of a heap-only chain member's tombstone, which
+    /// moves its row on to a newer member: the merged answer loses its
+    /// reference bit, so it is among the first the hand evicts. Index
+    /// fetches reach the row through its root's redirect, which now names
+    /// the new member; only readers whose snapshots predate the move (an
+    /// updater about to wait for the mover's row lock) still read this
+    /// member, and they find it while it stays. Keeping the bit kept every
+    /// member a hot row ever had for a second pass of the hand, at the
+    /// cost of rows being read (HOT_PATH.md §51).
+    pub fn write_moved_on(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>]) {
+        self.write_in(cf, rowid, ops, false, false);
+    }
+
+    fn write_in(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>], fresh: bool, keep_reference: bool) {
         let (index, tag) = self.place(cf, rowid);
         let set = self.set(index);
         let version = lock(set);
@@ -634,7 +651,7 @@ impl RowCache {
                 Some(way) => {
                     let head = &set.heads[way];
                     let meta = unpack_meta(head.meta.load(Ordering::Relaxed));
-                    referenced = meta.referenced;
+                    referenced = meta.referenced && keep_reference;
                     copy_out(set, way, meta.len, &mut old[..]);
                     self.invalidate(set, way);
                     merge(&old[..meta.len], meta.complete, ops, &mut new[..])

@@ -140,7 +140,11 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
         }
         row_ops.clear();
         row_ops.extend(run.iter().map(|(_, _, op)| RowOp { key: op.key, value: op.value }));
-        cache.write(cf, rowid, &row_ops, fresh);
+        if row_ops.iter().any(|op| op.value.is_some_and(moves_member_on)) {
+            cache.write_moved_on(cf, rowid, &row_ops);
+        } else {
+            cache.write(cf, rowid, &row_ops, fresh);
+        }
         rest = tail;
     }
 }
@@ -148,6 +152,14 @@ fn update_cache(cache: &crate::row_cache::RowCache, cf: CfRef, lsn: u64, batch: 
 /// Whether a stored value's header is not marked frozen (VACUUM's copy).
 fn is_unfrozen(value: &[u8]) -> bool {
     crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| !header.is_frozen())
+}
+
+/// Whether a stored value is the tombstone a HOT move leaves on a chain
+/// member other than the root (the root keeps redirecting index fetches).
+fn moves_member_on(value: &[u8]) -> bool {
+    use crate::row::{FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE};
+    let moved_on = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT;
+    crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| header.flags & (moved_on | FLAG_ROOT) == moved_on)
 }
 
 /// Whether a stored value is a heap-only row version (`crate::row`).
@@ -207,6 +219,42 @@ mod tests {
         }
         update_cache(&cache, T, 3, bulk.as_batch());
         assert!(later.clone().all(cached), "stale answers give their ways to a bulk batch's new rows");
+        drop(mem);
+    }
+
+    /// A member a HOT move leaves keeps its cached answer (with the
+    /// tombstone merged in) but not its reference bit: when its full set
+    /// needs room, the hand evicts it before rows that were read. Before,
+    /// it kept the bit the mover's read had set, and the hand took the
+    /// first row read instead.
+    #[test]
+    fn a_member_that_moved_on_is_evicted_first() {
+        use crate::row::{RowHeader, FLAG_HOT, FLAG_MOVED, FLAG_TOMBSTONE};
+        let (mem, cache) = heap_row_cache(1);
+        let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
+        let rows = 0..crate::row_cache::WAYS as u64; // one way each: the set full
+        let mut small = BatchBuilder::new();
+        for rowid in rows.clone() {
+            small.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
+            update_cache(&cache, T, 1, small.as_batch());
+            small = BatchBuilder::new();
+        }
+        assert!(rows.clone().all(cached), "every row cached, and read");
+        let moved = 37;
+        let tombstone = RowHeader { flags: FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT, cid: 0, xid: 900, moved_to: 500 };
+        let mut batch = BatchBuilder::new();
+        batch.push(&row_key(moved, 1), &tombstone.encode()).unwrap();
+        update_cache(&cache, T, 2, batch.as_batch());
+        assert!(cached(moved), "the member that moved on stays cached for old snapshots");
+        // `cached` set its bit again: the move clears it, as in the mix,
+        // where nobody reads the member after its move.
+        update_cache(&cache, T, 3, batch.as_batch());
+        let mut new_row = BatchBuilder::new();
+        new_row.push(&row_key(500, 0), &value(500, 8)).unwrap();
+        update_cache(&cache, T, 4, new_row.as_batch());
+        assert!(cached(500), "the new row is cached");
+        assert!(!cached(moved), "in the ways of the member that moved on");
+        assert!(rows.clone().filter(|&r| r != moved).all(cached), "and no row that was read lost its answer");
         drop(mem);
     }
 
