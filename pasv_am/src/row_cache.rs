@@ -1032,8 +1032,8 @@ fn copy_out(set: &Set, way: usize, len: usize, out: &mut [u8]) {
     for (bytes, word) in whole.chunks_exact_mut(8).zip(words) {
         bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
     }
-    if let Some(word) = words.get(len / 8).filter(|_| !tail.is_empty()) {
-        tail.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes()[..tail.len()]);
+    if !tail.is_empty() {
+        tail.copy_from_slice(&words[len / 8].load(Ordering::Relaxed).to_le_bytes()[..tail.len()]);
     }
 }
 

@@ -233,11 +233,10 @@ mod tests {
         let (mem, cache) = heap_row_cache(1);
         let cached = |rowid: u64| cache.lookup(T, rowid, &mut [0u8; 4096]).is_some();
         let rows = 0..crate::row_cache::WAYS as u64; // one way each: the set full
-        let mut small = BatchBuilder::new();
         for rowid in rows.clone() {
-            small.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
-            update_cache(&cache, T, 1, small.as_batch());
-            small = BatchBuilder::new();
+            let mut one = BatchBuilder::new();
+            one.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
+            update_cache(&cache, T, 1, one.as_batch());
         }
         assert!(rows.clone().all(cached), "every row cached, and read");
         let moved = 37;
