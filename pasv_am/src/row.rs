@@ -155,6 +155,13 @@ impl RowHeader {
         self.flags & FLAG_HOT != 0
     }
 
+    /// The tombstone a HOT move leaves on a chain member other than the
+    /// root (whose tombstones carry [`FLAG_ROOT`]): the row moved on within
+    /// its chain, and only the root's redirect leads to its newer member.
+    pub fn is_moved_on_member(&self) -> bool {
+        self.is_tombstone() && self.is_hot() && self.is_moved() && self.flags & FLAG_ROOT == 0
+    }
+
     /// A root's pointer at the newest member of its chain: a tombstone that
     /// does not make the row dead.
     pub fn is_redirect(&self) -> bool {

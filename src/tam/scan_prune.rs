@@ -50,7 +50,7 @@
 use crate::engine_client;
 use pasv_am::keys;
 use pasv_am::protocol::{BatchBuilder, CfRef};
-use pasv_am::row::{RowHeader, FLAG_ROOT};
+use pasv_am::row::RowHeader;
 use pgrx::pg_sys;
 use std::cell::RefCell;
 
@@ -101,13 +101,12 @@ pub unsafe fn may_prune(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot, flags
 impl Prune {
     /// Whether a row dead to every snapshot, decided by `tombstone`, is
     /// removed: any such row, or only a chain's member that moved on within
-    /// its chain (a HOT move's tombstone on a rowid other than the root:
-    /// the root's carries `FLAG_ROOT`).
+    /// its chain (`RowHeader::is_moved_on_member`).
     pub fn removes(self, tombstone: &RowHeader) -> bool {
         match self {
             Prune::Nothing => false,
             Prune::DeadRows => true,
-            Prune::MovedOnMembers => tombstone.is_hot() && tombstone.is_moved() && tombstone.flags & FLAG_ROOT == 0,
+            Prune::MovedOnMembers => tombstone.is_moved_on_member(),
         }
     }
 }

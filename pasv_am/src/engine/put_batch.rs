@@ -157,9 +157,7 @@ fn is_unfrozen(value: &[u8]) -> bool {
 /// Whether a stored value is the tombstone a HOT move leaves on a chain
 /// member other than the root (the root keeps redirecting index fetches).
 fn moves_member_on(value: &[u8]) -> bool {
-    use crate::row::{FLAG_HOT, FLAG_MOVED, FLAG_ROOT, FLAG_TOMBSTONE};
-    let moved_on = FLAG_TOMBSTONE | FLAG_MOVED | FLAG_HOT;
-    crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| header.flags & (moved_on | FLAG_ROOT) == moved_on)
+    crate::row::RowHeader::decode(value).is_ok_and(|(header, _)| header.is_moved_on_member())
 }
 
 /// Whether a stored value is a heap-only row version (`crate::row`).
