@@ -17,6 +17,10 @@
 #            at least two checkpoints (checkpoint_timeout = 30s)
 #   modes    pasv against the double-logging baselines (naive, engine_wal)
 #            on TPC-B, synchronous_commit on and off
+#   history  (not in the default list) select-only and the range sum on
+#            fresh TPC-B tables, again after the same number of TPC-B
+#            transactions on both without VACUUM (HISTORY_TXNS, default
+#            300 000; --quick 100 000), and again after a VACUUM of both
 # For every pasv run it also prints the channel's round trips per
 # transaction (pasv.channel_stats) and the machine's CPU seconds per
 # transaction (all processes, pgbench included: the same client for both).
@@ -100,7 +104,8 @@ run_pgbench() {
   rt0=$(rt_snapshot)
   lsn0=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
   j0=$(cpu_jiffies)
-  out=$(pgb -n -c "$clients" -j "$clients" -T "$seconds" "$@" "$db" 2>&1) || { echo "$out" | tail -5; die "pgbench failed ($label)"; }
+  # SECONDS 0: the run's length is in the arguments (-t).
+  out=$(pgb -n -c "$clients" -j "$clients" $([ "$seconds" = 0 ] || echo "-T $seconds") "$@" "$db" 2>&1) || { echo "$out" | tail -5; die "pgbench failed ($label)"; }
   j1=$(cpu_jiffies)
   lsn1=$(bench_psql -At -d "$db" -c "SELECT pg_current_wal_lsn()")
   rt1=$(rt_snapshot)
@@ -133,6 +138,14 @@ compare() {
   fi
 }
 
+# The 100-row range-sum script, $PASV_HOME/bench/range_sum.sql.
+write_range_sum() {
+  cat >"$PASV_HOME/bench/range_sum.sql" <<'EOF'
+\set aid random(1, 100000 * :scale - 100)
+SELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :aid AND :aid + 99;
+EOF
+}
+
 section_tpcb() {
   say "pgbench TPC-B family: scale $SCALE, $T s a run, $ROUNDS round(s), heap and pasv interleaved"
   local am
@@ -142,10 +155,7 @@ section_tpcb() {
     note "loaded tpcb_$am in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
   done
   bench_wait_slot tpcb_pasv
-  cat >"$PASV_HOME/bench/range_sum.sql" <<'EOF'
-\set aid random(1, 100000 * :scale - 100)
-SELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :aid AND :aid + 99;
-EOF
+  write_range_sum
   compare "TPC-B 2 clients" 2 "$T" tpcb
   compare "TPC-B 8 clients" 8 "$T" tpcb
   compare "select-only 2 clients" 2 "$T" tpcb -S
@@ -307,6 +317,30 @@ section_modes() {
   bench_restart_with "pasv.durability = pasv" "synchronous_commit = on"
 }
 
+# A table's history: what its reads cost after many UPDATEs. Heap prunes
+# a page's HOT chains as it reads it; the fresh tables of section_tpcb do
+# not show what a long-running workload leaves behind.
+section_history() {
+  local txns=${HISTORY_TXNS:-$([ "$quick" = 1 ] && echo 100000 || echo 300000)} am stage
+  say "reads after a history: select-only and 100-row range sums on fresh TPC-B tables, after $txns TPC-B transactions (2 clients, no VACUUM), after VACUUM"
+  for am in heap pasv; do bench_tpcb_db "hist_$am" "$am" "$SCALE"; done
+  bench_wait_slot hist_pasv
+  write_range_sum
+  for stage in fresh aged vacuumed; do
+    case $stage in
+      aged)
+        for am in heap pasv; do
+          run_pgbench "TPC-B ageing $am" "hist_$am" 2 0 -t $((txns / 2))
+        done ;;
+      vacuumed)
+        for am in heap pasv; do bench_psql -d "hist_$am" -c "VACUUM"; done ;;
+    esac
+    note "$stage: $(bench_psql -At -d hist_pasv -c "SELECT 'pasv accounts hold ' || pasv.table_versions('pgbench_accounts'::regclass) || ' stored versions for ' || count(*) || ' rows' FROM pgbench_accounts")"
+    compare "select-only 2 clients, $stage" 2 "$T" hist -S
+    compare "100-row range sum 2 clients, $stage" 2 "$T" hist -f "$PASV_HOME/bench/range_sum.sql" -D scale="$SCALE"
+  done
+}
+
 bench_start
 machine_line
 echo "machine speed probe: $(speed_probe) ms (a fixed awk loop; again at the end)"
@@ -315,7 +349,7 @@ echo "mode: $([ "$quick" = 1 ] && echo quick || echo full); runs of $T s; bulk $
 start=$(date +%s)
 for s in $sections; do
   case $s in
-    tpcb | bulk | tpcc | wal | modes) "section_$s" ;;
+    tpcb | bulk | tpcc | wal | modes | history) "section_$s" ;;
     *) die "unknown section $s" ;;
   esac
 done

@@ -49,6 +49,9 @@ pub unsafe extern "C-unwind" fn index_fetch_begin(rel: pg_sys::Relation) -> *mut
     // Index entries point at chains' roots: a root that redirects leads
     // to the chain's newest member.
     (*f).stream.follow_redirects = true;
+    // Roots' versions below a redirect every snapshot sees are removed
+    // when the fetch ends (`scan_prune`): heap prunes a chain it reads.
+    (*f).stream.prune_roots = !pg_sys::RecoveryInProgress();
     (*f).window = 1;
     f as *mut pg_sys::IndexFetchTableData
 }
@@ -108,6 +111,7 @@ unsafe fn from_window(f: &mut PasvIndexFetch, rowid: u64, snapshot: pg_sys::Snap
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn index_fetch_end(data: *mut pg_sys::IndexFetchTableData) {
     let f = data as *mut PasvIndexFetch;
+    super::scan_prune::send_root_versions((*f).stream.cf, "pruning chains an index scan read");
     (*f).stream.free();
     pg_sys::pfree(f as *mut _);
 }

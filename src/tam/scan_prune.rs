@@ -43,9 +43,22 @@
 //! The removed keys are delete markers until a flush and a compaction drop
 //! them (`pasv_am::engine::delete_markers`).
 //!
+//! Index fetches prune the roots of heap-only chains they read: a root
+//! whose visible version is a redirect that every snapshot sees needs none
+//! of its older versions (its original row, the redirects before), so the
+//! keys of those the fetch read are removed when the fetch ends. Without
+//! this a row updated N times kept N redirects and its first version until
+//! VACUUM, and its cached answer (the newest versions, `pasv_am::row_cache`)
+//! kept the original row beside the redirect: twice the row cache's room a
+//! root (HOT_PATH.md §52). The same arguments hold: nothing reads a version
+//! below one every snapshot sees (the row lock's chain prunes them the same
+//! way, `rowops::Chain::dead_versions`), versions are never numbered again,
+//! and a removal lost in a crash brings back versions exactly as dead.
+//!
 //! Calls `crate::engine_client` (posted, unlogged batches of deletes per
-//! finished scan); called by `stream` (which finds the rows) and `scan`
-//! (which says which scans may prune).
+//! finished scan or fetch); called by `stream` (which finds the rows),
+//! `scan` (which says which scans may prune) and `fetch` (whose end sends
+//! the roots' versions).
 
 use crate::engine_client;
 use pasv_am::keys;
@@ -67,6 +80,9 @@ thread_local! {
     /// Rows found dead to all, as (table, rowid, newest version), waiting
     /// for their scan to end.
     static NOTED: RefCell<Vec<(CfRef, u64, u32)>> = const { RefCell::new(Vec::new()) };
+    /// Versions of chains' roots below a redirect every snapshot sees, as
+    /// (table, rowid, version), waiting for their index fetch to end.
+    static ROOT_VERSIONS: RefCell<Vec<(CfRef, u64, u32)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// What a scan removes of the rows it finds dead to every snapshot.
@@ -135,22 +151,7 @@ pub fn send(cf: CfRef, doing: &str) {
         n.retain(|(c, _, _)| *c != cf);
         mine
     });
-    let mut batch = BatchBuilder::new();
-    for (rowid, newest) in rows {
-        for version in 0..=newest {
-            let key = keys::row_key(rowid, version);
-            if batch.encoded_len() + engine_client::entry_cost(&key, &[]) > engine_client::batch_capacity() {
-                post(cf, &batch, doing);
-                batch.clear();
-            }
-            if let Err(e) = batch.push(&key, &[]) {
-                crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: {doing}: {e}"), "This is a bug in pasv.");
-            }
-        }
-    }
-    if !batch.is_empty() {
-        post(cf, &batch, doing);
-    }
+    post_keys(cf, rows.into_iter().flat_map(|(rowid, newest)| (0..=newest).map(move |version| keys::row_key(rowid, version))), doing);
 }
 
 fn post(cf: CfRef, batch: &BatchBuilder, doing: &str) {
@@ -159,8 +160,49 @@ fn post(cf: CfRef, batch: &BatchBuilder, doing: &str) {
     }
 }
 
-/// At the end of a transaction: scans an ERROR cut short leave their rows
-/// for later.
+/// Remember version `version` of root `rowid` of `cf`, below a redirect
+/// every snapshot sees, for removal when its index fetch ends.
+pub fn note_root_version(cf: CfRef, rowid: u64, version: u32) {
+    ROOT_VERSIONS.with(|n| {
+        let mut n = n.borrow_mut();
+        if n.len() < MAX_NOTED {
+            n.push((cf, rowid, version));
+        }
+    });
+}
+
+/// An index fetch of `cf` ended: remove the roots' versions it noted, in
+/// posted batches that need no answer.
+pub fn send_root_versions(cf: CfRef, doing: &str) {
+    let removals: Vec<[u8; keys::ROW_KEY_LEN]> = ROOT_VERSIONS.with(|n| {
+        let mut n = n.borrow_mut();
+        let mine = n.iter().filter(|(c, _, _)| *c == cf).map(|&(_, r, v)| keys::row_key(r, v)).collect();
+        n.retain(|(c, _, _)| *c != cf);
+        mine
+    });
+    post_keys(cf, removals, doing);
+}
+
+/// Post the removal of `keys` of `cf` in batches of the channel's size.
+fn post_keys(cf: CfRef, removals: impl IntoIterator<Item = [u8; keys::ROW_KEY_LEN]>, doing: &str) {
+    let mut batch = BatchBuilder::new();
+    for key in removals {
+        if batch.encoded_len() + engine_client::entry_cost(&key, &[]) > engine_client::batch_capacity() {
+            post(cf, &batch, doing);
+            batch.clear();
+        }
+        if let Err(e) = batch.push(&key, &[]) {
+            crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pasv: {doing}: {e}"), "This is a bug in pasv.");
+        }
+    }
+    if !batch.is_empty() {
+        post(cf, &batch, doing);
+    }
+}
+
+/// At the end of a transaction: scans and fetches an ERROR cut short leave
+/// their rows for later.
 pub fn forget() {
     NOTED.with(|n| n.borrow_mut().clear());
+    ROOT_VERSIONS.with(|n| n.borrow_mut().clear());
 }

@@ -130,6 +130,11 @@ pub struct RowStream {
     /// root whose visible version redirects is returned as such
     /// ([`Row::redirect`]) instead of passed over as deleted.
     pub follow_redirects: bool,
+    /// Index fetches (with `dead_test`): the versions of a root below a
+    /// redirect every snapshot sees are noted for removal
+    /// (`scan_prune::note_root_versions`), as heap prunes a HOT chain's
+    /// page when it reads it.
+    pub prune_roots: bool,
     /// Following a chain from member to member (`fetch::member_row`): a
     /// member whose visible version moved it on within the chain is
     /// returned as a redirect to the next member, as a root's is.
@@ -445,6 +450,7 @@ impl RowStream {
             ahead_entries: 0,
             prune: super::scan_prune::Prune::Nothing,
             follow_redirects: false,
+            prune_roots: false,
             follow_hot_moves: false,
             skip_heap_only: false,
             broken_chain: false,
@@ -901,6 +907,9 @@ impl RowStream {
             // This version decides the row.
             self.decided = Some(e.rowid);
             self.group = None;
+            if self.prune_roots && self.mvcc && !self.dead_test.is_null() && header.is_redirect() && visibility::removable(&header, self.dead_test) {
+                self.note_dead_below(e.rowid);
+            }
             if self.pending_delete != pg_sys::InvalidTransactionId {
                 if let Reader::Snapshot(snap) = reader {
                     (*snap).xmax = self.pending_delete;
@@ -1023,6 +1032,23 @@ impl RowStream {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The version of `rowid` just decided (at `pos - 1`) is visible to
+    /// every snapshot: note the older versions of it this batch holds for
+    /// removal. Only keys read are removed, none blind; older ones a
+    /// batch did not bring wait for a later read or VACUUM.
+    fn note_dead_below(&self, rowid: u64) {
+        let mut at = self.pos;
+        while at < self.count {
+            // SAFETY: `at < count`, entries the last fetch indexed.
+            let e = unsafe { *self.index.add(at) };
+            if e.rowid != rowid {
+                break;
+            }
+            super::scan_prune::note_root_version(self.cf, rowid, e.version);
+            at += 1;
         }
     }
 
