@@ -87,8 +87,7 @@ RESET enable_seqscan;
 -- VACUUM keeps a live chain's root and removes what nobody sees: each
 -- row is one key again, and a chain's root and member two.
 -- (The sequential scans above removed the members that moved on
--- already, and the index scans the roots' versions below their newest
--- redirect: scan_prune.sql.)
+-- already: scan_prune.sql.)
 SELECT pasv.table_versions('hp'::regclass) AS keys_before;
 VACUUM hp;
 SELECT pasv.table_versions('hp'::regclass) AS keys_after, count(*) AS rows FROM hp;

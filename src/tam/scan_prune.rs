@@ -171,11 +171,23 @@ pub fn note_root_version(cf: CfRef, rowid: u64, version: u32) {
     });
 }
 
+/// Roots' versions a transaction must have noted before its index fetches
+/// post their removal. A post wakes an engine thread: one for a point
+/// select's root more than tripled the CPU of a select-only transaction
+/// (HOT_PATH.md §52), so a transaction that reads few roots leaves them
+/// (its notes are forgotten at its end), as heap prunes a page only when
+/// it is nearly full.
+const MIN_ROOT_REMOVALS: usize = 64;
+
 /// An index fetch of `cf` ended: remove the roots' versions it noted, in
-/// posted batches that need no answer.
+/// posted batches that need no answer, once there are enough of them to
+/// be worth a post.
 pub fn send_root_versions(cf: CfRef, doing: &str) {
     let removals: Vec<[u8; keys::ROW_KEY_LEN]> = ROOT_VERSIONS.with(|n| {
         let mut n = n.borrow_mut();
+        if n.len() < MIN_ROOT_REMOVALS {
+            return Vec::new();
+        }
         let mine = n.iter().filter(|(c, _, _)| *c == cf).map(|&(_, r, v)| keys::row_key(r, v)).collect();
         n.retain(|(c, _, _)| *c != cf);
         mine
