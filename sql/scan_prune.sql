@@ -132,7 +132,7 @@ RESET pasv.move_unindexed_updates;
 -- redirect every snapshot sees (its original row, the redirects before)
 -- are removed when the fetch ends, so an updated row's root is one key
 -- again without VACUUM; a transaction posts them once it has noted at
--- least 64 (fewer are left for VACUUM: a post costs a point select more
+-- least 16 (fewer are left for VACUUM: a post costs a point select more
 -- than the removal saves). Every step is checked against a heap twin.
 CREATE TABLE sp_root (id int PRIMARY KEY, n int, pad text) USING pasv;
 CREATE TABLE sp_root_heap (id int PRIMARY KEY, n int, pad text) USING heap;

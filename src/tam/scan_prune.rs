@@ -173,11 +173,13 @@ pub fn note_root_version(cf: CfRef, rowid: u64, version: u32) {
 
 /// Roots' versions a transaction must have noted before its index fetches
 /// post their removal. A post wakes an engine thread: one for a point
-/// select's root more than tripled the CPU of a select-only transaction
-/// (HOT_PATH.md §52), so a transaction that reads few roots leaves them
-/// (its notes are forgotten at its end), as heap prunes a page only when
-/// it is nearly full.
-const MIN_ROOT_REMOVALS: usize = 64;
+/// select's root nearly doubled the CPU of a select-only transaction
+/// (HOT_PATH.md §52), so a transaction that reads few roots (a point
+/// select one, TPC-B's three at most nine) leaves them (its notes are
+/// forgotten at its end), as heap prunes a page only when it is nearly
+/// full; a 100-row range over a table a quarter of whose rows were updated
+/// notes about 26.
+const MIN_ROOT_REMOVALS: usize = 16;
 
 /// An index fetch of `cf` ended: remove the roots' versions it noted, in
 /// posted batches that need no answer, once there are enough of them to
