@@ -186,6 +186,24 @@ SELECT n FROM sp_root WHERE id = 1;
 SELECT pasv.table_versions('sp_root'::regclass) AS after_a_rollback;
 SELECT sp_root_same();
 
+-- A cursor's index scan ends with its transaction: one that aborts
+-- removes nothing (its notes go with it), one that commits removes what
+-- it noted.
+UPDATE sp_root SET n = n + 1 WHERE id <= 30;
+UPDATE sp_root_heap SET n = n + 1 WHERE id <= 30;
+SELECT pasv.table_versions('sp_root'::regclass) AS before_the_cursors;
+BEGIN;
+DECLARE sp_root_cursor CURSOR FOR SELECT id, n FROM sp_root WHERE id BETWEEN 1 AND 100 ORDER BY id;
+FETCH 40 FROM sp_root_cursor \g /dev/null
+ROLLBACK;
+SELECT pasv.table_versions('sp_root'::regclass) AS after_an_aborted_cursor;
+BEGIN;
+DECLARE sp_root_cursor CURSOR FOR SELECT id, n FROM sp_root WHERE id BETWEEN 1 AND 100 ORDER BY id;
+FETCH 40 FROM sp_root_cursor \g /dev/null
+COMMIT;
+SELECT pasv.table_versions('sp_root'::regclass) AS after_a_committed_cursor;
+SELECT sp_root_same();
+
 -- The removals are not logged: a crash may bring them back, exactly as
 -- dead; the rows and the consistency check agree after it, and after the
 -- next index scan and VACUUM.

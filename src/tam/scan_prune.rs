@@ -181,13 +181,20 @@ pub fn note_root_version(cf: CfRef, rowid: u64, version: u32) {
 /// notes about 26.
 const MIN_ROOT_REMOVALS: usize = 16;
 
-/// An index fetch of `cf` ended: remove the roots' versions it noted, in
-/// posted batches that need no answer, once there are enough of them to
-/// be worth a post.
+/// An index fetch of `cf` ended: remove the roots' versions of `cf` noted
+/// so far, in posted batches that need no answer, once there are enough of
+/// them to be worth a post (fewer wait for the transaction's next fetch).
+/// Only in a transaction in progress: an aborting one's notes go with it,
+/// as its buffered rows do (PostgreSQL 16 does not end a cursor's executor
+/// while its transaction aborts; this does not rely on it).
 pub fn send_root_versions(cf: CfRef, doing: &str) {
+    // SAFETY: reads the transaction state only.
+    if !unsafe { pg_sys::IsTransactionState() } {
+        return;
+    }
     let removals: Vec<[u8; keys::ROW_KEY_LEN]> = ROOT_VERSIONS.with(|n| {
         let mut n = n.borrow_mut();
-        if n.len() < MIN_ROOT_REMOVALS {
+        if n.iter().filter(|(c, _, _)| *c == cf).count() < MIN_ROOT_REMOVALS {
             return Vec::new();
         }
         let mine = n.iter().filter(|(c, _, _)| *c == cf).map(|&(_, r, v)| keys::row_key(r, v)).collect();
@@ -197,7 +204,8 @@ pub fn send_root_versions(cf: CfRef, doing: &str) {
     post_keys(cf, removals, doing);
 }
 
-/// Post the removal of `keys` of `cf` in batches of the channel's size.
+/// Post the removal of `removals`, keys of `cf`, in batches of the
+/// channel's size.
 fn post_keys(cf: CfRef, removals: impl IntoIterator<Item = [u8; keys::ROW_KEY_LEN]>, doing: &str) {
     let mut batch = BatchBuilder::new();
     for key in removals {
