@@ -134,6 +134,21 @@ RESET pasv.move_unindexed_updates;
 -- again without VACUUM; a transaction posts them once it has noted at
 -- least 16 (fewer are left for VACUUM: a post costs a point select more
 -- than the removal saves). Every step is checked against a heap twin.
+-- Removal needs the updates gone for every snapshot: before each scan
+-- that should remove, wait (bounded) until no other process holds an
+-- older snapshot (pasv's replay worker reads catalogs in short
+-- transactions of its own).
+CREATE PROCEDURE pg_temp.wait_for_horizon() LANGUAGE plpgsql AS $$
+DECLARE
+  horizon bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+BEGIN
+  FOR i IN 1..2000 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN NOT EXISTS (SELECT FROM pg_stat_activity
+                           WHERE pid <> pg_backend_pid() AND backend_xmin::text::bigint < horizon);
+    PERFORM pg_sleep(0.005);
+  END LOOP;
+END $$;
 CREATE TABLE sp_root (id int PRIMARY KEY, n int, pad text) USING pasv;
 CREATE TABLE sp_root_heap (id int PRIMARY KEY, n int, pad text) USING heap;
 INSERT INTO sp_root SELECT g, 0, repeat('x', 50) FROM generate_series(1, 100) g;
@@ -150,6 +165,7 @@ UPDATE sp_root_heap SET n = n + 3 WHERE id <= 50;
 SELECT pasv.table_versions('sp_root'::regclass) AS after_updates;
 SET enable_seqscan = off;
 SET enable_bitmapscan = off;
+CALL pg_temp.wait_for_horizon();
 SELECT sum(n), count(*) FROM sp_root WHERE id BETWEEN 1 AND 100;
 -- Each root lost its row and two redirects.
 SELECT pasv.table_versions('sp_root'::regclass) AS after_an_index_scan;
@@ -164,6 +180,7 @@ SELECT sum(n) FROM sp_root WHERE id BETWEEN 1 AND 100;
 SELECT sum(n) FROM sp_root WHERE id BETWEEN 1 AND 100;
 COMMIT;
 UPDATE sp_root_heap SET n = n + 10 WHERE id <= 70;
+CALL pg_temp.wait_for_horizon();
 SELECT sum(n) FROM sp_root WHERE id BETWEEN 1 AND 100;
 SELECT pasv.table_versions('sp_root'::regclass) AS removed_after_it;
 SELECT sp_root_same();
@@ -192,6 +209,7 @@ SELECT sp_root_same();
 UPDATE sp_root SET n = n + 1 WHERE id <= 30;
 UPDATE sp_root_heap SET n = n + 1 WHERE id <= 30;
 SELECT pasv.table_versions('sp_root'::regclass) AS before_the_cursors;
+CALL pg_temp.wait_for_horizon();
 BEGIN;
 DECLARE sp_root_cursor CURSOR FOR SELECT id, n FROM sp_root WHERE id BETWEEN 1 AND 100 ORDER BY id;
 FETCH 40 FROM sp_root_cursor \g /dev/null

@@ -22,13 +22,16 @@ CREATE TABLE v (id int PRIMARY KEY, grp int, payload text) USING pasv;
 CREATE INDEX v_grp ON v (grp);
 INSERT INTO v SELECT g, g % 10, repeat('x', 100) FROM generate_series(1, 10000) g;
 SELECT pasv.table_versions('v'::regclass);
--- UPDATE prunes the versions older than the newest one visible to all ...
+-- UPDATE prunes the versions older than the newest one visible to all
+-- (as before VACUUM, no other snapshot may still see them: wait) ...
 UPDATE v SET payload = 'y' WHERE id <= 5000;
+CALL pg_temp.wait_for_horizon();
 UPDATE v SET payload = 'z' WHERE id <= 5000;
 SELECT pasv.table_versions('v'::regclass);
 -- ... while a snapshot that may need them keeps them.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT count(*) FROM v WHERE payload = 'z';
+CALL pg_temp.wait_for_horizon();
 \! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SET pasv.hot_updates = off" -c "UPDATE v SET payload = 'w' WHERE id <= 100"
 \! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SET pasv.hot_updates = off" -c "UPDATE v SET payload = 'u' WHERE id <= 100"
 SELECT count(*) FROM v WHERE payload = 'z';
