@@ -132,7 +132,7 @@ pub struct RowStream {
     pub follow_redirects: bool,
     /// Index fetches (with `dead_test`): the versions of a root below a
     /// redirect every snapshot sees are noted for removal
-    /// (`scan_prune::note_root_versions`), as heap prunes a HOT chain's
+    /// (`scan_prune::note_root_version`), as heap prunes a HOT chain's
     /// page when it reads it.
     pub prune_roots: bool,
     /// Following a chain from member to member (`fetch::member_row`): a
