@@ -174,6 +174,43 @@ mod unguarded {
             slot: *mut pg_sys::TupleTableSlot,
             should_free: bool,
         ) -> *mut pg_sys::TupleTableSlot;
+        pub fn GetTopTransactionIdIfAny() -> pg_sys::TransactionId;
+        pub fn GetCurrentFullTransactionIdIfAny() -> pg_sys::FullTransactionId;
+    }
+}
+
+/// This transaction's top-level xid, assigned first if it has none. Row
+/// writes ask once or twice a row; once the xid is assigned (every row but
+/// a statement's first) the answer is a read without pgrx's guard, and only
+/// the assignment, which can raise, goes through it.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub(crate) unsafe fn top_xid() -> pg_sys::TransactionId {
+    // SAFETY: PG16's GetTopTransactionIdIfAny returns a static's value and
+    // cannot raise.
+    let xid = unguarded::GetTopTransactionIdIfAny();
+    if xid != pg_sys::InvalidTransactionId {
+        xid
+    } else {
+        pg_sys::GetTopTransactionId()
+    }
+}
+
+/// The current (sub)transaction's full xid, assigned first if it has none;
+/// as [`top_xid`].
+///
+/// # Safety
+/// Backend inside a transaction.
+pub(crate) unsafe fn current_full_xid() -> u64 {
+    // SAFETY: PG16's GetCurrentFullTransactionIdIfAny returns a field of the
+    // current transaction state and cannot raise.
+    let id = unguarded::GetCurrentFullTransactionIdIfAny();
+    // Valid when its xid part is (FullTransactionIdIsValid).
+    if id.value as u32 != 0 {
+        id.value
+    } else {
+        pg_sys::GetCurrentFullTransactionId().value
     }
 }
 

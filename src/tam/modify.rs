@@ -58,7 +58,7 @@ unsafe fn insert_slot_uncovered(rel: pg_sys::Relation, slot: *mut pg_sys::TupleT
         Err(e) => e.raise(&format!("inserting into {}", rel_name(rel))),
     };
     check_row_size(rel, (*tuple).t_len as usize);
-    let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+    let full_xid = super::current_full_xid();
     let result = VALUE.with(|v| {
         let mut v = v.borrow_mut();
         stored_value(tuple, rowid, full_xid, cid, &mut v);

@@ -328,7 +328,7 @@ unsafe fn lock_row(
     oper: pg_sys::XLTW_Oper::Type,
     read_chain: bool,
 ) -> LockResult {
-    let xid = u32::from(pg_sys::GetTopTransactionId());
+    let xid = u32::from(super::top_xid());
     // The row as the scan that found it read it, if that was its newest
     // version: enough for the writer when the lock shows nobody can have
     // written it since (no round trip for the row's versions).
@@ -726,10 +726,10 @@ unsafe fn write(rel: pg_sys::Relation, cf: CfRef, batch: &BatchBuilder, doing: &
 /// see the change in progress to record its rw-conflict (heap's conflict
 /// out), or write skew goes undetected (`sql/serializable`).
 unsafe fn write_row_change(rel: pg_sys::Relation, cf: CfRef, rowid: u64, also: &[u64], batch: &BatchBuilder, doing: &str) {
-    let top = u32::from(pg_sys::GetTopTransactionId());
+    let top = u32::from(super::top_xid());
     let serializable = pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32;
     if !serializable && crate::row_locks::note_write(cf, rowid, top) {
-        let xid = pg_sys::GetCurrentFullTransactionId().value as u32;
+        let xid = super::current_full_xid() as u32;
         let mut rows = [rowid; 3];
         for (slot, r) in rows[1..].iter_mut().zip(also) {
             *slot = *r;
@@ -796,7 +796,7 @@ pub unsafe extern "C-unwind" fn tuple_delete(
             // Before its large values go: the old key is logged whole.
             notes::note_old_row(rel, &mut batch, rowid, &mut old, true);
             super::toast::delete_external(rel, &mut old);
-            let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+            let full_xid = super::current_full_xid();
             push(&mut batch, &keys::row_key(rowid, chain.next_version()), &tombstone(cid, full_xid, None));
             prune(&mut batch, rel, rowid, &chain);
             let member = chain.versions[h].header;
@@ -894,7 +894,7 @@ pub unsafe extern "C-unwind" fn tuple_update(
     notes::note_old_row(rel, &mut batch, rowid, &mut old, moves && !hot);
     // Large values go to TOAST; unchanged ones are shared with the old version.
     let tuple = super::toast::prepare(rel, slot_tuple, &mut old);
-    let full_xid = pg_sys::GetCurrentFullTransactionId().value;
+    let full_xid = super::current_full_xid();
     check_row_size(rel, (*tuple).t_len as usize);
 
     // A member that moves on: the root's version to write (HOT_PATH §37).
@@ -1058,7 +1058,7 @@ pub unsafe extern "C-unwind" fn tuple_lock(
         }
         store_copy_marked(&chain, rel, rowid, h, slot, super::Xmax::Locked(mode));
         if lock_mode == LockMode::Exclusive {
-            let xid = u32::from(pg_sys::GetTopTransactionId());
+            let xid = u32::from(super::top_xid());
             LOCKED_CHAIN.with(|l| *l.borrow_mut() = Some(LockedChain { cf, rowid, xid, chain }));
         }
         return TM_Ok;

@@ -22,12 +22,24 @@ extern "C-unwind" {
     fn CheckForSerializableConflictIn(relation: pg_sys::Relation, tid: pg_sys::ItemPointer, blkno: pg_sys::BlockNumber);
 }
 
+/// Whether this transaction is SERIALIZABLE. predicate.c keeps a
+/// serializable transaction (`MySerializableXact`) only for those, and each
+/// of its calls below returns at once without one; asking here first spares
+/// every other transaction the guard around each call, once for every row
+/// it fetches by TID or writes.
+///
+/// # Safety
+/// Backend.
+unsafe fn serializable() -> bool {
+    pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32
+}
+
 /// A sequential (or bitmap) scan reads the whole relation.
 ///
 /// # Safety
 /// `rel` open; `snapshot` valid or null.
 pub unsafe fn lock_relation(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
-    if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
+    if serializable() && !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
         pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockRelation(rel, snapshot));
     }
 }
@@ -37,7 +49,7 @@ pub unsafe fn lock_relation(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) {
 /// # Safety
 /// `rel` open; `snapshot` valid; `tid` valid.
 pub unsafe fn lock_row(rel: pg_sys::Relation, tid: &mut pg_sys::ItemPointerData, snapshot: pg_sys::Snapshot, creator: u64) {
-    if !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
+    if serializable() && !snapshot.is_null() && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC {
         let xid = pg_sys::TransactionId::from(creator as u32);
         pg_sys::ffi::pg_guard_ffi_boundary(|| PredicateLockTID(rel, tid, snapshot, xid));
     }
@@ -48,7 +60,8 @@ pub unsafe fn lock_row(rel: pg_sys::Relation, tid: &mut pg_sys::ItemPointerData,
 /// # Safety
 /// `rel` open or null; `snapshot` valid or null.
 pub unsafe fn conflict_out_needed(rel: pg_sys::Relation, snapshot: pg_sys::Snapshot) -> bool {
-    !rel.is_null()
+    serializable()
+        && !rel.is_null()
         && !snapshot.is_null()
         && (*snapshot).snapshot_type == pg_sys::SnapshotType::SNAPSHOT_MVCC
         && pg_sys::ffi::pg_guard_ffi_boundary(|| CheckForSerializableConflictOutNeeded(rel, snapshot))
@@ -72,6 +85,9 @@ pub unsafe fn conflict_out(rel: pg_sys::Relation, creator: u64, snapshot: pg_sys
 /// # Safety
 /// `rel` open.
 pub unsafe fn conflict_in(rel: pg_sys::Relation, rowid: Option<u64>) {
+    if !serializable() {
+        return;
+    }
     match rowid {
         Some(r) => {
             let mut tid: pg_sys::ItemPointerData = std::mem::zeroed();
