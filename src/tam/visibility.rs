@@ -139,9 +139,6 @@ impl MvccMemo {
             return None;
         }
         let i = self.answers.iter().position(|(k, _)| *k == key)?;
-        if i == 0 {
-            return Some(self.answers[0].1);
-        }
         let found = self.answers[i];
         self.answers.copy_within(0..i, 1);
         self.answers[0] = found;
