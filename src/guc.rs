@@ -57,6 +57,7 @@ pub static ENGINE_START_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static MOVE_UNINDEXED_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static HOT_UPDATES: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static PACK_NEW_ROWS: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static PARALLEL_SCAN_MIN_CPUS: GucSetting<i32> = GucSetting::<i32>::new(4);
 
 pub fn register() {
     GucRegistry::define_enum_guc(
@@ -78,6 +79,17 @@ pub fn register() {
         1 << 20,
         GucContext::Sighup,
         GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"pasv.parallel_scan_min_cpus",
+        c"Fewest CPUs on which the planner may give pasv tables' scans parallel workers (0: always).",
+        c"Below it a worker would take its core from the engine; a table's parallel_workers, \
+          or parallel_setup_cost or parallel_tuple_cost = 0, still give workers.",
+        &PARALLEL_SCAN_MIN_CPUS,
+        0,
+        1 << 16,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"pasv.memtable_budget",

@@ -75,6 +75,7 @@ pub extern "C-unwind" fn _PG_init() {
         xact::register();
         tam::ddl::install_object_access_hook();
         tam::install_invalidation_callback();
+        tam::parallel_plans::install();
         logical::decode::install();
         utility_hook::install();
     }

@@ -10,6 +10,7 @@ mod fetch;
 mod forklen;
 mod maintenance;
 mod modify;
+pub mod parallel_plans;
 mod rowops;
 mod scan;
 mod scan_prune;
