@@ -169,7 +169,16 @@ impl Engine {
         // Every iterator is total-order (scan::range_read_options) unless its
         // range lies within one rowid; only then do the filters apply.
         options.set_prefix_extractor(SliceTransform::create_fixed_prefix(ROWID_PREFIX_LEN));
-        options.set_memtable_prefix_bloom_ratio(0.05);
+        // No memtable bloom (the SST files keep theirs). RocksDB sizes a
+        // memtable's prefix bloom by the write buffer, not by what the
+        // memtable holds: 5 % of 64 MB, 3.2 MB zeroed for every memtable of
+        // every table, empty ones too, and charged to the shared memtable
+        // budget. 150 empty tables took 480 MB of it, so every write then
+        // made the budget flush some memtable (127 flushes for 400 000
+        // rows into two tables; none without the bloom), and each table
+        // cost the engine 3.4 MB of memory. TPC-B and select-only showed no
+        // loss without it (HOT_PATH §54): point reads are the row cache's.
+        options.set_memtable_prefix_bloom_ratio(0.0);
         options.set_max_open_files(cfg.max_open_files);
         if cfg.background_jobs > 0 {
             options.set_max_background_jobs(cfg.background_jobs);
@@ -188,18 +197,7 @@ impl Engine {
         if cfg.path.join("CURRENT").exists() {
             names.extend(Db::list_cf(&options, &cfg.path).map_err(rocks("list column families"))?);
         }
-        // The meta CF (and RocksDB's default CF, unused) is flushed after
-        // every write (`persist_meta`: a rowid or pack floor, a few a bulk
-        // statement), and each flush builds a new memtable, whose prefix
-        // bloom (5 % of a 64 MB write buffer) was zeroed page by page:
-        // 14 % of a COPY's CPU (HOT_PATH §48). Its keys are read only at
-        // open, so it gets no bloom.
-        let mut small_options = options.clone();
-        small_options.set_memtable_prefix_bloom_ratio(0.0);
-        let descriptors = names.iter().map(|name| {
-            let own = if TableCf::parse(name).is_some() { options.clone() } else { small_options.clone() };
-            ColumnFamilyDescriptor::new(name, own)
-        });
+        let descriptors = names.iter().map(|name| ColumnFamilyDescriptor::new(name, options.clone()));
         let db = Db::open_cf_descriptors(&options, &cfg.path, descriptors).map_err(rocks_with(
             || format!("open RocksDB at {}", cfg.path.display()),
         ))?;
@@ -443,6 +441,23 @@ mod tests {
         }
         let faults = minor_faults() - before;
         assert!(faults < FLUSHES * 50, "{FLUSHES} flushes of the meta CF took {faults} page faults");
+    }
+
+    /// An empty table's memtable takes next to nothing of the shared
+    /// memtable budget: with RocksDB's prefix bloom sized by the write
+    /// buffer (3.2 MB each) 150 empty tables filled the budget and every
+    /// later write flushed a memtable.
+    #[test]
+    fn empty_tables_leave_the_memtable_budget_free() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        const TABLES: u32 = 40;
+        let before = engine._write_buffer_manager.get_usage();
+        for rel in 0..TABLES {
+            engine.create_cf(CfRef { db: T.db, rel: T.rel + 100 + rel }).unwrap();
+        }
+        let per_table = (engine._write_buffer_manager.get_usage() - before) / TABLES as usize;
+        assert!(per_table < 256 << 10, "an empty table takes {per_table} bytes of the memtable budget");
     }
 
     /// A flushed table's data blocks are the configured size, not
