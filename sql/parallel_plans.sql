@@ -3,7 +3,6 @@
 -- unless the table sets parallel_workers or the session makes parallel
 -- plans free. The machine's CPU count is taken out of the test by setting
 -- the threshold above or below any machine's.
-CREATE EXTENSION IF NOT EXISTS pasv;
 CREATE TABLE pp_pasv (id int8, v int4) USING pasv;
 CREATE TABLE pp_heap (id int8, v int4) USING heap;
 INSERT INTO pp_pasv SELECT g, g % 7 FROM generate_series(1, 200000) g;

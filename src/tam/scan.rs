@@ -292,6 +292,15 @@ impl PasvScan {
     /// As `next_into`.
     unsafe fn step(&mut self, direction: pg_sys::ScanDirection::Type, slot: *mut pg_sys::TupleTableSlot) -> bool {
         if direction != pg_sys::ScanDirection::BackwardScanDirection {
+            // A serial scan's plain row (not a bitmap's, nor a parallel
+            // participant's, which check their block or chunk a row).
+            if !self.moved_back && self.bm_ntuples == -2 && self.base.rs_parallel.is_null() && !self.build_live {
+                if let Some(row) = self.stream.next_plain(Reader::Snapshot(self.base.rs_snapshot)) {
+                    self.emit(&row, slot);
+                    self.at_row = true;
+                    return true;
+                }
+            }
             if self.moved_back {
                 let from = if self.at_row { self.cur_rowid + 1 } else { self.range_lo };
                 self.stream.set_range(from, self.range_hi);

@@ -958,6 +958,34 @@ impl RowStream {
         }
     }
 
+    /// The next row when it is the common case `decide_plain` handles (the
+    /// current entry is the first version read of a plain row visible to
+    /// `reader`, an MVCC snapshot), decided and returned without the rest
+    /// of `next_row`; `None` (nothing consumed) otherwise, or when the
+    /// batch is used up: the caller then asks `next_row`. A sequential
+    /// scan's rows are nearly all such; this path spares them `next_row`'s
+    /// per-call setup and the scan's general step around it (HOT_PATH §54).
+    ///
+    /// # Safety
+    /// As `next_row`.
+    #[inline]
+    pub unsafe fn next_plain(&mut self, reader: Reader) -> Option<Row> {
+        if self.pos >= self.count || self.group.is_some() || !visibility::is_mvcc(reader) {
+            return None;
+        }
+        let e = *self.index.add(self.pos);
+        if self.decided == Some(e.rowid) {
+            return None;
+        }
+        let value = std::slice::from_raw_parts(self.buf.add(e.value_off as usize), e.value_len as usize);
+        // A bad header goes to `next_row`, which raises.
+        let (header, tuple) = RowHeader::decode(value).ok()?;
+        if header.flags & !pasv_am::row::FLAG_FROZEN != 0 || !visibility::creator_visible_memo(&header, reader, &mut self.memo) {
+            return None;
+        }
+        Some(self.decide_plain(e, &header, tuple))
+    }
+
     /// The common case of a scan, decided without the general rules of
     /// `next_row`: entry `e` (at `pos`, with `header` and `tuple`) is the
     /// first version read of a row (no row undecided before it), plain (no
