@@ -10,8 +10,7 @@
 //!
 //! Layout (one region, placed in PostgreSQL shared memory by the extension,
 //! or on the heap in tests): a header, then a power of two of buckets. A row
-//! `(cf, rowid)` has one bucket (`bucket_of`: a run of rowids hashes to a
-//! run of buckets); a bucket has [`ENTRIES`] entries, one
+//! `(cf, rowid)` hashes to one bucket; a bucket has [`ENTRIES`] entries, one
 //! per `(row, holder)`, and a spin lock word. All shared words are atomics;
 //! entries are read and written only under their bucket's lock.
 //!
@@ -59,9 +58,6 @@ use crate::striped::StripedCounters;
 
 /// Entries per bucket.
 pub const ENTRIES: usize = 8;
-
-/// Rowids whose buckets are neighbours (`bucket_of`).
-const RUN: u64 = 64;
 
 /// In an entry's `mode` word, beside the [`LockMode`]: the holder wrote the row.
 const WROTE: u32 = 0x100;
@@ -185,15 +181,9 @@ impl SharedRowLocks {
         unsafe { &*((self.base.add(std::mem::size_of::<Header>()) as *const Bucket).add(i)) }
     }
 
-    /// The bucket of row `(cf, rowid)`: each run of [`RUN`] rowids hashes
-    /// to a run of as many neighbouring buckets, one row each, as the row
-    /// cache places its rows. A bulk DELETE or UPDATE locks rows in rowid
-    /// order: its locks then fall a few buckets apart in one region of
-    /// pages instead of one random bucket each (a cache and TLB miss per
-    /// row lock, 9 % of a 10 % DELETE's backend: HOT_PATH §54).
+    /// The bucket of row `(cf, rowid)`.
     pub fn bucket_of(&self, cf: CfRef, rowid: u64) -> u32 {
-        let run = crate::keys::row_hash(cf.db, cf.rel, rowid / RUN).wrapping_mul(RUN);
-        (run.wrapping_add(rowid % RUN) as usize & (self.buckets - 1)) as u32
+        (crate::keys::row_hash(cf.db, cf.rel, rowid) as usize & (self.buckets - 1)) as u32
     }
 
     /// Asks for `mode` on row `(cf, rowid)` for top-level transaction `xid`
@@ -441,20 +431,6 @@ mod tests {
         l.release(T, 1, 100);
         assert_eq!(l.lock(T, 1, 102, Exclusive, 0), Outcome::Granted { already: false });
         assert_eq!(l.stats().spilled, 0);
-    }
-
-    #[test]
-    fn a_run_of_rowids_takes_a_run_of_neighbouring_buckets() {
-        let r = table(1 << 12);
-        let l = &r.1;
-        let first = l.bucket_of(T, 128);
-        assert_eq!(first % RUN as u32, 0, "a run starts at a run of buckets");
-        for rowid in 128..128 + RUN {
-            assert_eq!(l.bucket_of(T, rowid), first + (rowid - 128) as u32);
-        }
-        // The next run (and another table's) lies elsewhere.
-        let others = [l.bucket_of(T, 128 + RUN), l.bucket_of(T, 128 + 2 * RUN), l.bucket_of(CfRef { db: 5, rel: 1 }, 128)];
-        assert!(others.iter().any(|&b| b / RUN as u32 != first / RUN as u32), "{first} {others:?}");
     }
 
     #[test]
