@@ -12,10 +12,11 @@
 //! is 0, as `ALTER TABLE … SET (parallel_workers = 0)` would make it),
 //! unless
 //! * the table sets `parallel_workers` itself (the user's choice stands), or
-//! * the session makes parallel plans free or forces them
-//!   (`parallel_setup_cost` or `parallel_tuple_cost` = 0,
-//!   `debug_parallel_query`): it asks for parallel plans whatever they cost,
-//!   as PostgreSQL's own tests of parallel plans do.
+//! * the session steers parallel plans itself: it changed
+//!   `parallel_setup_cost`, `parallel_tuple_cost` or
+//!   `min_parallel_table_scan_size` from PostgreSQL's defaults, or set
+//!   `debug_parallel_query`; its own cost model decides, as PostgreSQL's
+//!   own tests of parallel plans expect.
 //!
 //! Owns the planner's `get_relation_info_hook`; calls the relcache only.
 
@@ -44,15 +45,20 @@ unsafe extern "C-unwind" fn get_relation_info(
         prev(root, relation, inhparent, rel);
     }
     let min_cpus = usize::try_from(crate::guc::PARALLEL_SCAN_MIN_CPUS.get()).unwrap_or(0);
-    if (*rel).rel_parallel_workers == -1 && CPUS < min_cpus && !parallel_plans_requested() && is_pasv_table(relation) {
+    if (*rel).rel_parallel_workers == -1 && CPUS < min_cpus && !parallel_plans_steered() && is_pasv_table(relation) {
         (*rel).rel_parallel_workers = 0;
     }
 }
 
-/// The session asks for parallel plans whatever they cost.
-unsafe fn parallel_plans_requested() -> bool {
-    pg_sys::parallel_setup_cost <= 0.0
-        || pg_sys::parallel_tuple_cost <= 0.0
+/// The session steers parallel plans itself: it changed PostgreSQL's
+/// parallel cost settings from their defaults (or forces parallel plans),
+/// so its own model decides, as PostgreSQL's plan tests expect.
+unsafe fn parallel_plans_steered() -> bool {
+    /// `min_parallel_table_scan_size`'s default, 8 MB, in blocks.
+    const DEFAULT_MIN_TABLE_SCAN_BLOCKS: i32 = (8 << 20) / pg_sys::BLCKSZ as i32;
+    pg_sys::parallel_setup_cost != pg_sys::DEFAULT_PARALLEL_SETUP_COST
+        || pg_sys::parallel_tuple_cost != pg_sys::DEFAULT_PARALLEL_TUPLE_COST
+        || pg_sys::min_parallel_table_scan_size != DEFAULT_MIN_TABLE_SCAN_BLOCKS
         || pg_sys::debug_parallel_query != pg_sys::DebugParallelMode::DEBUG_PARALLEL_OFF as i32
 }
 

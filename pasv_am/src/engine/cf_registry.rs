@@ -343,20 +343,29 @@ impl Engine {
         let approx_keys = property(properties::ESTIMATE_NUM_KEYS)?;
         let memtable_entries = property(properties::NUM_ENTRIES_ACTIVE_MEM_TABLE)?
             .saturating_add(property(properties::NUM_ENTRIES_IMM_MEM_TABLES)?);
-        let memtable_deletes = property(properties::NUM_DELETES_ACTIVE_MEM_TABLE)?
-            .saturating_add(property(properties::NUM_DELETES_IMM_MEM_TABLES)?);
+        // Every entry of the table's SST files, delete markers and the keys
+        // they hide included: a scan steps over all of them until a
+        // compaction drops them. (RocksDB's key estimate subtracts each
+        // delete twice, the marker and the put it hides, and reached 0 for
+        // a 16-row table whose pruned versions sat in another file: the
+        // planner then took the table for empty. PostgreSQL's core suite,
+        // select_parallel.)
+        let sst_entries = self
+            .db
+            .property_value_cf(&handle, properties::AGGREGATED_TABLE_PROPERTIES)
+            .map_err(rocks_with(|| format!("read table properties of {}", entry.name)))?
+            .and_then(|props| table_property(&props, "# entries"))
+            .unwrap_or(0);
         Ok(CfInfo {
             next_rowid: entry.next_rowid.load(Ordering::Relaxed),
             size_end: entry.size_end.load(Ordering::Relaxed),
             approx_keys,
             approx_bytes: property(properties::ESTIMATE_LIVE_DATA_SIZE)?
                 .saturating_add(property(properties::CUR_SIZE_ALL_MEM_TABLES)?),
-            // RocksDB's key estimate subtracts each memtable delete twice
-            // (it and the put it hides); a scan steps over both. A pack is
-            // one key in both figures and as many entries as it has rows.
-            entries: approx_keys
-                .saturating_add(memtable_deletes.saturating_mul(2))
-                .max(memtable_entries)
+            // A pack is one entry in RocksDB's counts and as many rows as
+            // it holds.
+            entries: memtable_entries
+                .saturating_add(sst_entries)
                 .saturating_add(entry.folded_rows.load(Ordering::Relaxed)),
         })
     }
@@ -482,6 +491,12 @@ impl Engine {
     }
 }
 
+/// The number RocksDB's table-properties text (`# entries=33; # deletions=0;
+/// ...`) gives for `name`.
+fn table_property(props: &str, name: &str) -> Option<u64> {
+    props.split(';').find_map(|field| field.trim().strip_prefix(name)?.trim_start().strip_prefix('=')?.trim().parse().ok())
+}
+
 pub(super) fn created_lsn_key(cf_name: &str) -> Vec<u8> {
     [CREATED_LSN_PREFIX, cf_name.as_bytes()].concat()
 }
@@ -508,6 +523,39 @@ mod tests {
     use super::*;
     use crate::keys::{row_key, row_range, MAX_ROWID};
     use crate::protocol::{BatchBuilder, ErrorCode, ScanWriter};
+    /// A table's entries are what a scan walks, delete markers and the
+    /// versions they hide in other SST files included: RocksDB's key
+    /// estimate subtracts deletes, and said 0 for a 16-row table of
+    /// PostgreSQL's core suite (select_parallel's f_star), which the
+    /// planner then took for empty.
+    #[test]
+    fn entries_count_sst_files_with_deletes() {
+        use super::super::test_support::value;
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        // 16 rows, each with an old version, flushed; then the old
+        // versions removed (an empty value deletes), flushed apart.
+        let mut batch = BatchBuilder::new();
+        for rowid in 0..16u64 {
+            batch.push(&row_key(rowid, 1), &value(rowid, 8)).unwrap();
+            batch.push(&row_key(rowid, 0), &value(rowid, 8)).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        engine.flush_cf(T).unwrap();
+        let mut batch = BatchBuilder::new();
+        for rowid in 0..16u64 {
+            batch.push(&row_key(rowid, 0), &[]).unwrap();
+        }
+        engine.put_batch(T, batch.as_batch()).unwrap();
+        engine.flush_cf(T).unwrap();
+        // A scan walks all 48: 32 versions and 16 markers.
+        let info = engine.cf_info(T).unwrap();
+        assert_eq!(info.entries, 48, "{info:?}");
+        assert_eq!(table_property("# data blocks=1; # entries=33; # deletions=16", "# entries"), Some(33));
+        assert_eq!(table_property("# entries=33", "# deletions"), None);
+    }
+
     /// A dropped table's cached answers give their ways to a later bulk
     /// load: before, they kept them until replaced, and a bulk load takes
     /// only free ways, so a TPC-C load after the bulk benchmark's dropped
