@@ -83,8 +83,9 @@ pub fn register() {
     GucRegistry::define_int_guc(
         c"pasv.parallel_scan_min_cpus",
         c"Fewest CPUs on which the planner may give pasv tables' scans parallel workers (0: always).",
-        c"Below it a worker would take its core from the engine; a table's parallel_workers, \
-          or parallel_setup_cost or parallel_tuple_cost = 0, still give workers.",
+        c"Below it a worker would take its core from the engine. A table's parallel_workers still gives \
+          workers, and so does a session that changed parallel_setup_cost, parallel_tuple_cost or \
+          min_parallel_table_scan_size from the defaults, or set debug_parallel_query.",
         &PARALLEL_SCAN_MIN_CPUS,
         0,
         1 << 16,

@@ -43,6 +43,7 @@ mod shmem;
 mod sql_api;
 mod tam;
 mod two_phase;
+mod unguarded;
 mod utility_hook;
 mod verify;
 mod wal;

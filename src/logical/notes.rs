@@ -19,17 +19,6 @@ extern "C-unwind" {
     fn toast_flatten_tuple(tup: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> pg_sys::HeapTuple;
 }
 
-/// PostgreSQL functions called without pgrx's guard (a `sigsetjmp` a call):
-/// only where they cannot raise, as each call says.
-mod unguarded {
-    use pgrx::pg_sys;
-
-    extern "C" {
-        pub fn heap_deform_tuple(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, values: *mut pg_sys::Datum, isnull: *mut bool);
-        pub fn pfree(pointer: *mut std::ffi::c_void);
-    }
-}
-
 /// Whether `set` (not null) holds `member` (>= 0): `bms_is_member`, read in
 /// place.
 ///
@@ -153,7 +142,7 @@ pub unsafe fn note_old_row(rel: pg_sys::Relation, batch: &mut BatchBuilder, rowi
         // SAFETY: `old` is a tuple of `desc`; the arrays hold `natts` each.
         // PG16's heap_deform_tuple reads the tuple and writes the arrays,
         // and raises nothing.
-        unguarded::heap_deform_tuple(old, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        crate::unguarded::heap_deform_tuple(old, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
         for (i, null) in nulls.as_mut_slice().iter_mut().enumerate() {
             let attnum = i as i32 + 1 - pg_sys::FirstLowInvalidHeapAttributeNumber;
             if !bitmap_has(key, attnum) {
@@ -162,7 +151,7 @@ pub unsafe fn note_old_row(rel: pg_sys::Relation, batch: &mut BatchBuilder, rowi
         }
         // SAFETY: `key` is the palloc'd copy RelationGetIndexAttrBitmap
         // returned; pfree raises nothing for a valid chunk.
-        unguarded::pfree(key.cast());
+        crate::unguarded::pfree(key.cast());
         pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr())
     };
     let has_external = (*(*formed).t_data).t_infomask & pg_sys::HEAP_HASEXTERNAL as u16 != 0;

@@ -154,29 +154,9 @@ pub unsafe fn store_in_slot(tuple: *mut pg_sys::HeapTupleData, slot: *mut pg_sys
         // caller): PG16's ExecStoreHeapTuple raises only for another kind
         // of slot, and frees only a tuple the slot owned (pfree), so it
         // returns without a longjmp and needs no guard.
-        unguarded::ExecStoreHeapTuple(tuple, slot, false);
+        crate::unguarded::ExecStoreHeapTuple(tuple, slot, false);
     } else {
         pg_sys::ExecForceStoreHeapTuple(tuple, slot, false);
-    }
-}
-
-/// PostgreSQL functions called without pgrx's guard (a `sigsetjmp` for
-/// each call, which would catch an ERROR raised inside and turn it into a
-/// Rust panic). Only functions that cannot raise where they are called
-/// here belong in it: each call says why. A sequential scan stores a row
-/// in its slot once a row; the guard's `sigsetjmp` and thread check were
-/// about 4 % of its backend's time (HOT_PATH §46).
-mod unguarded {
-    use pgrx::pg_sys;
-
-    extern "C" {
-        pub fn ExecStoreHeapTuple(
-            tuple: pg_sys::HeapTuple,
-            slot: *mut pg_sys::TupleTableSlot,
-            should_free: bool,
-        ) -> *mut pg_sys::TupleTableSlot;
-        pub fn GetTopTransactionIdIfAny() -> pg_sys::TransactionId;
-        pub fn GetCurrentFullTransactionIdIfAny() -> pg_sys::FullTransactionId;
     }
 }
 
@@ -190,7 +170,7 @@ mod unguarded {
 pub(crate) unsafe fn top_xid() -> pg_sys::TransactionId {
     // SAFETY: PG16's GetTopTransactionIdIfAny returns a static's value and
     // cannot raise.
-    let xid = unguarded::GetTopTransactionIdIfAny();
+    let xid = crate::unguarded::GetTopTransactionIdIfAny();
     if xid != pg_sys::InvalidTransactionId {
         xid
     } else {
@@ -206,7 +186,7 @@ pub(crate) unsafe fn top_xid() -> pg_sys::TransactionId {
 pub(crate) unsafe fn current_full_xid() -> u64 {
     // SAFETY: PG16's GetCurrentFullTransactionIdIfAny returns a field of the
     // current transaction state and cannot raise.
-    let id = unguarded::GetCurrentFullTransactionIdIfAny();
+    let id = crate::unguarded::GetCurrentFullTransactionIdIfAny();
     // Valid when its xid part is (FullTransactionIdIsValid).
     if id.value as u32 != 0 {
         id.value

@@ -4,9 +4,10 @@
 //! PostgreSQL's cost model prices a parallel worker as a core of its own.
 //! A pasv scan already keeps about 1.6 cores busy on its own, the backend
 //! and the engine thread that reads ahead for it (HOT_PATH §53), so on a
-//! small machine a worker takes its core from the engine: a `count(*)` over 200 000 changed rows on two vCPUs
-//! ran 30-34 ms serially against 37-43 ms with the one worker the planner
-//! chose, and a `sum()` over fresh rows 25-28 against 32-33 (HOT_PATH §54).
+//! small machine a worker takes its core from the engine: a `count(*)`
+//! over 200 000 changed rows on two vCPUs ran 30-34 ms serially against
+//! 37-43 ms with the one worker the planner chose, and a `sum()` over fresh
+//! rows 25-28 against 32-33 (HOT_PATH §54).
 //! On a machine with fewer CPUs than `pasv.parallel_scan_min_cpus` (4 by
 //! default), a pasv table gets no parallel workers (its `rel_parallel_workers`
 //! is 0, as `ALTER TABLE … SET (parallel_workers = 0)` would make it),
