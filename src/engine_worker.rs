@@ -234,6 +234,15 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
             })
             .collect()
     });
+    // Creates column families ahead of CREATE TABLE (pasv_am's cf_spares.rs).
+    let keeper = with_signals_blocked(|| {
+        let engine = Arc::clone(&engine);
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("pasv-spares".to_owned())
+            .spawn(move || engine.keep_spares(&stop))
+            .expect("spawn pasv spare keeper thread")
+    });
 
     let durability = engine.durability();
     // PostgreSQL empties its unlogged relations (their indexes and TOAST
@@ -299,6 +308,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     header.engine_state.store(ENGINE_STOPPING, Ordering::Release);
     stop.store(true, Ordering::Release);
     server::wake_all(chan);
+    engine.wake_spare_keeper();
     // A service thread may be inside a flush that waits for the WAL: keep
     // serving until every thread is done.
     while threads.iter().any(|t| !t.is_finished()) {
@@ -308,6 +318,7 @@ pub extern "C-unwind" fn pasv_engine_main(_arg: pg_sys::Datum) {
     for t in threads {
         let _ = t.join();
     }
+    let _ = keeper.join();
     flusher.flush_everything();
     let engine = match Arc::try_unwrap(engine) {
         Ok(engine) => engine,

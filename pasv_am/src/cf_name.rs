@@ -14,6 +14,12 @@
 //!   name that does not round-trip is "not ours".
 //! * The incarnation makes a reused (db, relfilenumber) pair a different CF, so
 //!   replay meant for an old table can never land in a new one.
+//! * `s.{incarnation}` names a CF the engine created ahead of need (a
+//!   *spare*, `engine/cf_spares.rs`). Which table it holds, if any, is not in
+//!   its name but in a meta-CF binding record, with the table's own
+//!   incarnation: RocksDB has no rename, and creating a CF costs time that
+//!   grows with the number of CFs. A spare's number comes from the same
+//!   counter as incarnations, so it too names at most one CF ever.
 
 use std::fmt;
 
@@ -25,6 +31,19 @@ pub const META_CF: &str = "meta";
 const TABLE_PREFIX: &str = "t.";
 /// Kind letter of unlogged (and temporary) table CF names.
 const UNLOGGED_TABLE_PREFIX: &str = "u.";
+/// Kind letter of spare CF names (bound to a table or not).
+const SPARE_PREFIX: &str = "s.";
+
+/// The RocksDB name of the spare CF with this incarnation, `s.{incarnation}`.
+pub fn spare_name(incarnation: u64) -> String {
+    format!("{SPARE_PREFIX}{incarnation}")
+}
+
+/// The incarnation of a name produced by [`spare_name`]; `None` for anything
+/// else.
+pub fn parse_spare(name: &str) -> Option<u64> {
+    parse_decimal(name.strip_prefix(SPARE_PREFIX)?)
+}
 
 /// Identity of one incarnation of a table's column family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,8 +145,20 @@ mod tests {
             "U.1.2.3",
             "u.1.2",
             "u.01.2.3",
+            "s.7",
         ] {
             assert_eq!(TableCf::parse(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn spare_names_round_trip() {
+        for incarnation in [0, 1, 7, u64::MAX] {
+            assert_eq!(parse_spare(&spare_name(incarnation)), Some(incarnation));
+        }
+        assert_eq!(spare_name(7), "s.7");
+        for name in [META_CF, "default", "s.", "s.07", "s.+7", "s.7.1", "S.7", "t.5.16384.9"] {
+            assert_eq!(parse_spare(name), None, "{name:?}");
         }
     }
 }

@@ -19,8 +19,6 @@ use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::cf_name::TableCf;
-use crate::protocol::CfRef;
 
 /// Makes PostgreSQL's WAL durable up to an LSN, from any thread.
 pub trait WalDurability: Send + Sync {
@@ -55,41 +53,34 @@ impl WalDurability for NoWal {
     fn ensure_durable(&self, _lsn: u64) {}
 }
 
-/// What the listener needs to find a CF's `max_lsn` by name.
+/// What the listener needs to find a table CF's `max_lsn` by the RocksDB
+/// name the flush reports (a `t.`/`u.` name or a bound spare's `s.` name).
 pub(crate) struct LsnBook {
-    pub(crate) by_cf: RwLock<HashMap<CfRef, (u64, Arc<AtomicU64>)>>,
+    pub(crate) by_name: RwLock<HashMap<String, Arc<AtomicU64>>>,
     pub(crate) wal: Arc<dyn WalDurability>,
 }
 
 impl LsnBook {
     pub(crate) fn new(wal: Arc<dyn WalDurability>) -> LsnBook {
-        LsnBook { by_cf: RwLock::new(HashMap::new()), wal }
+        LsnBook { by_name: RwLock::new(HashMap::new()), wal }
     }
 
-    pub(crate) fn register(&self, cf: TableCf, max_lsn: Arc<AtomicU64>) {
-        self.by_cf
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(CfRef { db: cf.db, rel: cf.rel }, (cf.incarnation, max_lsn));
+    pub(crate) fn register(&self, cf_name: &str, max_lsn: Arc<AtomicU64>) {
+        self.by_name.write().unwrap_or_else(PoisonError::into_inner).insert(cf_name.to_owned(), max_lsn);
     }
 
-    pub(crate) fn forget(&self, cf: TableCf) {
-        let mut map = self.by_cf.write().unwrap_or_else(PoisonError::into_inner);
-        let key = CfRef { db: cf.db, rel: cf.rel };
-        if map.get(&key).is_some_and(|(inc, _)| *inc == cf.incarnation) {
-            map.remove(&key);
-        }
+    pub(crate) fn forget(&self, cf_name: &str) {
+        self.by_name.write().unwrap_or_else(PoisonError::into_inner).remove(cf_name);
     }
 
     fn before_flush(&self, cf_name: &str) {
-        let Some(cf) = TableCf::parse(cf_name) else {
-            return; // meta and default carry no logged writes
-        };
         let lsn = {
-            let map = self.by_cf.read().unwrap_or_else(PoisonError::into_inner);
-            match map.get(&CfRef { db: cf.db, rel: cf.rel }) {
-                Some((inc, max_lsn)) if *inc == cf.incarnation => max_lsn.load(Ordering::SeqCst),
-                _ => return, // being dropped
+            let map = self.by_name.read().unwrap_or_else(PoisonError::into_inner);
+            match map.get(cf_name) {
+                Some(max_lsn) => max_lsn.load(Ordering::SeqCst),
+                // meta and default carry no logged writes; a spare no table
+                // holds has none; a dropped table's CF is being dropped.
+                None => return,
             }
         };
         if lsn != 0 {

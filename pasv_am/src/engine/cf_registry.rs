@@ -10,11 +10,15 @@
 //!
 //! Invariants:
 //! * An incarnation number names at most one CF, ever: the counter is
-//!   written and flushed before a CF carrying the number exists, and `open`
-//!   moves it past the largest number found among the CF names.
-//! * A table has one reachable CF. TRUNCATE creates the new CF before it
-//!   drops the old one, so a crash may leave both; `open` keeps the higher
-//!   incarnation and drops the others.
+//!   written and flushed before a CF or a binding carries the number, and
+//!   `open` moves it past the largest number found among CF names and
+//!   bindings.
+//! * A table has one reachable CF. A new CF is a bound spare
+//!   (`cf_spares.rs`); TRUNCATE binds the new one and unbinds the old in one
+//!   durable meta batch. A CF named after its table (`t.`/`u.`, made before
+//!   spares) is dropped after its successor is bound, so a crash in between
+//!   leaves two incarnations, and `open` keeps the higher one and drops the
+//!   others.
 //! * One mutex (`Engine::ddl`) orders all DDL; the map's `RwLock` is held
 //!   for a single lookup, insert or remove only.
 //! * DDL that creates or removes a table's CF also clears the row locks of
@@ -24,19 +28,22 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLockReadGuard, RwLockWriteGuard};
 
-use rocksdb::{properties, BoundColumnFamily};
+use rocksdb::{properties, BoundColumnFamily, WriteBatch};
 
+use super::cf_spares::{binding_key, encode_binding};
+use super::packing::pack_floor_key;
+use super::rowid_allocation::rowid_floor_key;
 use super::error::{rocks, rocks_with};
 use super::persistence::FlagState;
 use super::{packing, Db, Engine, EngineError};
-use crate::cf_name::{TableCf, META_CF};
+use crate::cf_name::{parse_spare, spare_name, TableCf, META_CF};
 use crate::keys::RESERVED_KEY_PREFIX;
 use crate::protocol::CfRef;
 
 /// A table copy is written in batches of about this many bytes.
 const COPY_BATCH_BYTES: usize = 4 << 20;
 /// Meta CF key of the next incarnation to hand out (u64 little-endian).
-const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
+pub(super) const NEXT_INCARNATION_KEY: &[u8] = b"next_incarnation";
 /// Incarnations start at 1; 0 never names a CF.
 pub(super) const FIRST_INCARNATION: u64 = 1;
 /// Meta CF key prefix of a CF's creation LSN (followed by the CF name).
@@ -67,6 +74,9 @@ pub struct CfInfo {
 #[derive(Debug)]
 pub(super) struct TableEntry {
     pub(super) cf: TableCf,
+    /// The CF's RocksDB name: [`TableCf::name`] for CFs created before
+    /// spares (and in tests), otherwise the bound spare's `s.{n}`. Meta keys
+    /// of the CF (creation LSN, rowid and pack floors) are keyed by it.
     pub(super) name: String,
     pub(super) next_rowid: AtomicU64,
     /// [`CfInfo::size_end`]: set at open and by [`Engine::trim_size`] from
@@ -93,10 +103,11 @@ pub(super) struct TableEntry {
 }
 
 impl TableEntry {
-    pub(super) fn new(cf: TableCf, next_rowid: u64, created_lsn: u64) -> TableEntry {
+    /// `name`: the CF's RocksDB name (`cf.name()`, or a bound spare's).
+    pub(super) fn new(cf: TableCf, name: String, next_rowid: u64, created_lsn: u64) -> TableEntry {
         TableEntry {
             cf,
-            name: cf.name(),
+            name,
             next_rowid: AtomicU64::new(next_rowid),
             size_end: AtomicU64::new(0),
             rowid_floor: AtomicU64::new(next_rowid),
@@ -132,7 +143,7 @@ impl Engine {
         if let Some(orphan) = self.lookup(cf) {
             self.drop_table(cf, &orphan)?;
         }
-        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, logged)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, logged, None)?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // A new table has no rows: any lock on (db, rel) is from a past life
@@ -204,8 +215,9 @@ impl Engine {
     /// Empties the table: a new, empty incarnation of the same kind replaces
     /// the CF, and its rowids restart at 0. Returns the new incarnation.
     ///
-    /// The new CF is created before the old one is dropped, so a crash in
-    /// between leaves two incarnations, and open keeps the new (empty) one.
+    /// The new CF is bound before (or as) the old one is unbound or dropped,
+    /// so a crash never leaves the table without a CF, and open keeps the
+    /// new (empty) one.
     pub fn truncate_cf(&self, cf: CfRef) -> Result<TableCf, EngineError> {
         self.truncate_cf_at(cf, 0)
     }
@@ -214,17 +226,22 @@ impl Engine {
     pub fn truncate_cf_at(&self, cf: CfRef, created_lsn: u64) -> Result<TableCf, EngineError> {
         let mut ddl = self.lock_ddl();
         let old = self.lookup(cf).ok_or(EngineError::NoSuchCf(cf))?;
-        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, old.cf.logged)?;
+        let entry = self.create_incarnation(&mut ddl, cf, created_lsn, old.cf.logged, Some(&old))?;
         let created = entry.cf;
         self.tables_mut().insert(cf, entry);
         // Rowids restart at 0 from now on; even if dropping the old CF fails.
         self.row_locks().forget_cf(cf);
-        self.lsn_book.forget(old.cf);
+        self.lsn_book.forget(&old.name);
         // Same (db, rel), new rows: nothing cached for the old ones holds.
         self.cache_changed_cfs();
-        self.db
-            .drop_cf(&old.name)
-            .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
+        if parse_spare(&old.name).is_some() {
+            // Unbound in the new binding's batch: the keeper drops it.
+            self.retire(old.name.clone());
+        } else {
+            self.db
+                .drop_cf(&old.name)
+                .map_err(rocks_with(|| format!("drop truncated {}", old.name)))?;
+        }
         Ok(created)
     }
 
@@ -402,45 +419,77 @@ impl Engine {
             .ok_or(EngineError::NoSuchCf(cf))
     }
 
-    /// Hands out the next incarnation (persisting the counter first) and
-    /// creates its CF. The caller holds the DDL lock and publishes the entry.
+    /// Hands out the next incarnation and gives it a CF: a ready spare
+    /// (`cf_spares.rs`), or one created now if none is ready. The binding,
+    /// the counter and the creation LSN are durable (one meta flush) before
+    /// this returns, with the removal of `replacing`'s binding if that is a
+    /// spare (TRUNCATE: the new CF and the old one's end in one batch). The
+    /// caller holds the DDL lock, publishes the entry and retires the old.
     fn create_incarnation(
         &self,
         ddl: &mut Ddl,
         cf: CfRef,
         created_lsn: u64,
         logged: bool,
+        replacing: Option<&TableEntry>,
     ) -> Result<Arc<TableEntry>, EngineError> {
+        let spare = self.take_spare();
         let incarnation = ddl.next_incarnation;
-        let next = incarnation
-            .checked_add(1)
-            .ok_or_else(|| EngineError::Corruption("incarnation counter overflow".into()))?;
-        let meta = self.meta_handle()?;
-        self.write_one(&meta, NEXT_INCARNATION_KEY, &next.to_le_bytes(), || "persist the incarnation counter".to_owned())?;
+        // Without a spare, the next number names the CF created below.
+        let number = spare.unwrap_or(incarnation.saturating_add(1));
+        let next = incarnation.max(number).checked_add(1).ok_or_else(|| {
+            if let Some(number) = spare {
+                self.return_spare(number);
+            }
+            EngineError::Corruption("incarnation counter overflow".into())
+        })?;
         let table = TableCf { db: cf.db, rel: cf.rel, incarnation, logged };
-        let name = table.name();
-        self.write_one(&meta, &created_lsn_key(&name), &created_lsn.to_le_bytes(), || "persist a creation LSN".to_owned())?;
-        // The WAL is off: only a flush makes the counter durable, and it must
-        // be durable before any CF carries the incarnation.
-        self.db
-            .flush_cf(&meta)
-            .map_err(rocks("flush the meta column family"))?;
+        let name = spare_name(number);
+        let meta = self.meta_handle()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(&meta, NEXT_INCARNATION_KEY, next.to_le_bytes());
+        batch.put_cf(&meta, binding_key(&name), encode_binding(table));
+        batch.put_cf(&meta, created_lsn_key(&name), created_lsn.to_le_bytes());
+        // A spare may be a dropped table's CF that a crash left unbound and
+        // empty (`cf_spares.rs`): what meta still says of it is not ours.
+        batch.delete_cf(&meta, rowid_floor_key(&name));
+        batch.delete_cf(&meta, pack_floor_key(&name));
+        if let Some(old) = replacing.filter(|old| parse_spare(&old.name).is_some()) {
+            batch.delete_cf(&meta, binding_key(&old.name));
+        }
+        if let Err(e) = self.write_meta_durably(batch, "persist a binding") {
+            if let Some(number) = spare {
+                self.return_spare(number);
+            }
+            return Err(e);
+        }
         ddl.next_incarnation = next;
-
-        self.db
-            .create_cf(&name, &self.cf_options)
-            .map_err(rocks_with(|| format!("create column family {name}")))?;
-        let entry = Arc::new(TableEntry::new(table, 0, created_lsn));
-        self.lsn_book.register(table, Arc::clone(&entry.max_lsn));
+        if spare.is_none() {
+            // A binding already durable for a CF that creation fails to make
+            // is removed at the next open (its number is never used again).
+            self.db
+                .create_cf(&name, &self.cf_options)
+                .map_err(rocks_with(|| format!("create column family {name} for {table}")))?;
+        }
+        let entry = Arc::new(TableEntry::new(table, name, 0, created_lsn));
+        self.lsn_book.register(&entry.name, Arc::clone(&entry.max_lsn));
         Ok(entry)
     }
 
-    /// Drops `entry`'s CF, then forgets it and the locks on it. The caller
-    /// holds the DDL lock.
+    /// Drops `entry`'s CF, then forgets it and the locks on it. A bound
+    /// spare is unbound durably (one meta flush) and left to the keeper to
+    /// drop: RocksDB's drop costs what a creation does. The caller holds the
+    /// DDL lock.
     fn drop_table(&self, cf: CfRef, entry: &TableEntry) -> Result<(), EngineError> {
-        // A handle already gone means an earlier attempt got as far as
-        // RocksDB's drop: only our map entry is left.
-        if self.db.cf_handle(&entry.name).is_some() {
+        let spare = parse_spare(&entry.name).is_some();
+        if spare {
+            let meta = self.meta_handle()?;
+            let mut batch = WriteBatch::default();
+            batch.delete_cf(&meta, binding_key(&entry.name));
+            self.write_meta_durably(batch, "unbind a dropped table")?;
+        } else if self.db.cf_handle(&entry.name).is_some() {
+            // A handle already gone means an earlier attempt got as far as
+            // RocksDB's drop: only our map entry is left.
             self.db
                 .drop_cf(&entry.name)
                 .map_err(rocks_with(|| format!("drop column family {}", entry.name)))?;
@@ -455,7 +504,10 @@ impl Engine {
             }
         }
         self.row_locks().forget_cf(cf);
-        self.lsn_book.forget(entry.cf);
+        self.lsn_book.forget(&entry.name);
+        if spare {
+            self.retire(entry.name.clone());
+        }
         // Creating (db, rel) again retires what may still be cached of it.
         self.retired_cfs().insert(cf);
         // Its cached answers are never asked for again: bulk loads may take
@@ -486,7 +538,7 @@ impl Engine {
 
     // `next_incarnation` is advanced only after the counter is durable, so it is
     // never ahead of what is persisted: poisoning is ignored here too.
-    fn lock_ddl(&self) -> MutexGuard<'_, Ddl> {
+    pub(super) fn lock_ddl(&self) -> MutexGuard<'_, Ddl> {
         self.ddl.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

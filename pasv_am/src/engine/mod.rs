@@ -41,6 +41,7 @@
 //! * [`Engine`] is `Send + Sync`: the worker's service threads share one.
 
 mod cf_registry;
+mod cf_spares;
 mod config;
 mod delete_markers;
 mod error;
@@ -79,6 +80,7 @@ use rowid_allocation::{next_rowid_from_data, rowid_floor_key};
 
 pub use crate::row_locks::LockOutcome;
 pub use cf_registry::CfInfo;
+pub use cf_spares::SPARE_TARGET;
 pub use config::{Durability, EngineConfig};
 pub use error::EngineError;
 pub use persistence::CfPersistence;
@@ -98,6 +100,8 @@ pub struct Engine {
     db: Db,
     tables: RwLock<HashMap<CfRef, Arc<TableEntry>>>,
     ddl: Mutex<Ddl>,
+    /// CFs created ahead of need (`cf_spares.rs`).
+    spares: cf_spares::Spares,
     row_locks: Mutex<RowLockTable>,
     write_options: WriteOptions,
     /// `write_options` without `no_slowdown`: for writes RocksDB delays.
@@ -202,52 +206,57 @@ impl Engine {
             || format!("open RocksDB at {}", cfg.path.display()),
         ))?;
 
+        // A table's CF is named after it (`t.`/`u.`) or is a spare bound to it.
+        let names: Vec<String> = names.into_iter().collect();
+        let (spares, max_spare_number) = cf_spares::read_at_open(&db, &names)?;
+        cf_spares::clean_at_open(&db, &spares)?;
+        let table_cfs = names
+            .iter()
+            .filter_map(|name| TableCf::parse(name).map(|cf| (cf, name.clone())))
+            .chain(spares.bound.iter().cloned());
+
         // The newest incarnation of each table wins; older ones are unreachable.
-        let mut newest: BTreeMap<CfRef, TableCf> = BTreeMap::new();
+        let mut newest: BTreeMap<CfRef, (TableCf, String)> = BTreeMap::new();
         let mut shadowed = Vec::new();
-        for cf in names.iter().filter_map(|name| TableCf::parse(name)) {
+        let mut max_incarnation = max_spare_number;
+        for (cf, name) in table_cfs {
+            max_incarnation = max_incarnation.max(cf.incarnation);
             let key = CfRef {
                 db: cf.db,
                 rel: cf.rel,
             };
             match newest.get(&key) {
-                Some(kept) if kept.incarnation > cf.incarnation => shadowed.push(cf),
-                Some(kept) => {
-                    shadowed.push(*kept);
-                    newest.insert(key, cf);
+                Some((kept, _)) if kept.incarnation > cf.incarnation => shadowed.push(name),
+                Some(_) => {
+                    if let Some((_, kept_name)) = newest.insert(key, (cf, name)) {
+                        shadowed.push(kept_name);
+                    }
                 }
                 None => {
-                    newest.insert(key, cf);
+                    newest.insert(key, (cf, name));
                 }
             }
         }
-        for cf in &shadowed {
-            db.drop_cf(&cf.name())
-                .map_err(rocks_with(|| format!("drop shadowed {cf}")))?;
+        for name in &shadowed {
+            db.drop_cf(name)
+                .map_err(rocks_with(|| format!("drop shadowed {name}")))?;
         }
 
         let persisted = read_next_incarnation(&db)?;
-        let past_names = names
-            .iter()
-            .filter_map(|name| TableCf::parse(name))
-            .map(|cf| cf.incarnation.saturating_add(1))
-            .max()
-            .unwrap_or(FIRST_INCARNATION);
-        let next_incarnation = persisted.max(past_names).max(FIRST_INCARNATION);
+        let next_incarnation = persisted.max(max_incarnation.saturating_add(1)).max(FIRST_INCARNATION);
 
         let meta = db
             .cf_handle(META_CF)
             .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
         let mut tables = HashMap::with_capacity(newest.len());
-        for (key, cf) in newest {
-            let name = cf.name();
+        for (key, (cf, name)) in newest {
             let floor = read_meta_u64(&db, &meta, &rowid_floor_key(&name), "read a rowid floor")?.unwrap_or(0);
             let written_end = next_rowid_from_data(&db, &name)?;
             let next_rowid = written_end.max(floor);
             let created_lsn = read_meta_u64(&db, &meta, &created_lsn_key(&name), "read a creation LSN")?.unwrap_or(0);
             let pack_floor =
                 read_meta_u64(&db, &meta, &packing::pack_floor_key(&name), "read a pack floor")?.unwrap_or(u64::MAX);
-            let entry = Arc::new(TableEntry::new(cf, next_rowid, created_lsn));
+            let entry = Arc::new(TableEntry::new(cf, name.clone(), next_rowid, created_lsn));
             entry.size_end.store(written_end, Ordering::Relaxed);
             entry.pack_floor.store(pack_floor, Ordering::Relaxed);
             if pack_floor != u64::MAX {
@@ -258,7 +267,7 @@ impl Engine {
             if let Some(flag) = read_flag(&db, &name, true)? {
                 entry.flag.lock().unwrap_or_else(PoisonError::into_inner).newest = flag.commit_lsn;
             }
-            lsn_book.register(cf, Arc::clone(&entry.max_lsn));
+            lsn_book.register(&name, Arc::clone(&entry.max_lsn));
             tables.insert(key, entry);
         }
 
@@ -295,6 +304,7 @@ impl Engine {
             db,
             tables: RwLock::new(tables),
             ddl: Mutex::new(Ddl { next_incarnation }),
+            spares: cf_spares::Spares::with_ready(spares.ready),
             row_locks: Mutex::new(RowLockTable::new()),
             write_options,
             paced_write_options,
