@@ -38,7 +38,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rocksdb::{IteratorMode, WriteBatch};
 
@@ -48,10 +48,17 @@ use crate::cf_name::{parse_spare, spare_name, TableCf, META_CF};
 
 /// Spares the keeper keeps ready: a burst of CREATE TABLEs (a schema
 /// script) this long binds without waiting.
-pub const SPARE_TARGET: usize = 8;
+pub const SPARE_TARGET: usize = 16;
 
 /// How long the keeper sleeps when nothing wakes it, and after a failure.
 const KEEPER_IDLE: Duration = Duration::from_secs(1);
+
+/// The keeper waits until no DDL took a spare or retired a CF for this long
+/// before it works, unless the pool is down to [`LOW_WATER`]: its RocksDB
+/// calls would otherwise hold up the meta flushes of a burst of DDL (a
+/// schema script) and take a core from it.
+const QUIET: Duration = Duration::from_millis(50);
+const LOW_WATER: usize = 2;
 
 /// Meta CF key prefix of a binding (followed by the spare's CF name).
 const BINDING_PREFIX: &[u8] = b"binding.";
@@ -95,15 +102,31 @@ pub(super) struct Spares {
 struct PoolState {
     /// Numbers of unbound, existing, empty spare CFs.
     ready: Vec<u64>,
-    /// Set by a bind (or a miss); the keeper tops the pool up while it is.
+    /// Set at open and by a bind (or a miss); the keeper tops the pool up
+    /// while it is.
     wanted: bool,
     /// Dropped tables' CFs, unbound, for the keeper to drop.
     retired: Vec<String>,
+    /// When DDL last took a spare or retired a CF.
+    last_ddl: Option<Instant>,
+}
+
+impl PoolState {
+    /// How long the keeper should still hold back (see [`QUIET`]).
+    fn hold_back(&self) -> Option<Duration> {
+        if self.ready.len() <= LOW_WATER {
+            return None;
+        }
+        let since = self.last_ddl?.elapsed();
+        (since < QUIET).then(|| QUIET - since)
+    }
 }
 
 impl Spares {
     pub(super) fn with_ready(ready: Vec<u64>) -> Spares {
-        Spares { state: Mutex::new(PoolState { ready, wanted: false, retired: Vec::new() }), wake: Condvar::new() }
+        // The keeper fills the pool when it starts, so that the first tables
+        // of a new cluster bind spares too.
+        Spares { state: Mutex::new(PoolState { ready, wanted: true, ..PoolState::default() }), wake: Condvar::new() }
     }
 
     // The state is a list and a flag, each changed by single calls: a panic
@@ -179,6 +202,7 @@ impl Engine {
     pub(super) fn take_spare(&self) -> Option<u64> {
         let mut state = self.spares.state();
         state.wanted = true;
+        state.last_ddl = Some(Instant::now());
         let taken = state.ready.pop();
         drop(state);
         self.spares.wake.notify_all();
@@ -230,6 +254,11 @@ impl Engine {
                         !s.wanted && s.retired.is_empty() && !stop.load(Ordering::Acquire)
                     })
                     .unwrap_or_else(PoisonError::into_inner);
+                if let Some(wait) = state.hold_back() {
+                    drop(state);
+                    std::thread::sleep(wait);
+                    continue;
+                }
                 (std::mem::take(&mut state.wanted), std::mem::take(&mut state.retired))
             };
             for name in retired {
@@ -249,7 +278,10 @@ impl Engine {
 
     /// Hands a dropped table's unbound CF to the keeper to drop.
     pub(super) fn retire(&self, cf_name: String) {
-        self.spares.state().retired.push(cf_name);
+        let mut state = self.spares.state();
+        state.retired.push(cf_name);
+        state.last_ddl = Some(Instant::now());
+        drop(state);
         self.spares.wake.notify_all();
     }
 
@@ -456,7 +488,13 @@ mod tests {
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             let keeper = s.spawn(|| engine.keep_spares(&stop));
-            assert_eq!(engine.spares_ready(), 0, "nothing asked for spares yet");
+            // It fills the pool when it starts, and again after a create.
+            let mut waited = 0;
+            while engine.spares_ready() < SPARE_TARGET && waited < 3000 {
+                std::thread::sleep(Duration::from_millis(10));
+                waited += 1;
+            }
+            assert_eq!(engine.spares_ready(), SPARE_TARGET);
             engine.create_cf(T).unwrap();
             let mut waited = 0;
             while engine.spares_ready() < SPARE_TARGET && waited < 3000 {
