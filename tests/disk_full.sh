@@ -7,6 +7,7 @@
 #     HINT, and every committed row is still there;
 #   * the server did not crash (no process terminated by a signal) and keeps
 #     serving heap tables;
+#   * a pasv table can be dropped, as a heap table can, to make room;
 #   * once the ballast is removed, pasv works again (RocksDB resumes after
 #     its background error) without a restart;
 #   * a crash afterwards recovers every committed row.
@@ -17,6 +18,7 @@ log=$pgdata.log
 fail() { echo "FAIL: $*"; exit 1; }
 q() { timeout 120 "$pg_bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$host" -p "$port" -U postgres -d postgres "$@"; }
 q -c "CREATE EXTENSION pasv" -c "CREATE TABLE f (id int, pad text) USING pasv" -c "CREATE TABLE h (id int)"
+q -c "CREATE TABLE g (id int) USING pasv" -c "INSERT INTO g SELECT generate_series(1, 1000)"
 free_kb=$(df -Pk "$mount" | awk 'NR == 2 { print $4 }')
 # Leave about 24 MB for RocksDB (memtables flush at 8 MB in this cluster).
 ballast_kb=$((free_kb - 24 * 1024))
@@ -38,6 +40,8 @@ grep -q "^HINT:  Free disk space" <<<"$failed" || fail "no HINT: $failed"
 [ "$(q -c "SELECT count(*) FROM f")" = "$committed" ] || fail "committed rows missing while the disk is full"
 q -c "INSERT INTO h VALUES (1)" || fail "heap tables stopped working"
 ! grep -q "terminated by signal" "$log" || fail "a server process crashed: $(grep "terminated by signal" "$log" | head -n 1)"
+out=$(q -c "DROP TABLE g" 2>&1) || fail "a pasv table could not be dropped while the disk is full: $out"
+echo "a pasv table dropped while the disk is full"
 rm -f "$mount/ballast"
 ok=0
 for _ in $(seq 1 60); do

@@ -481,12 +481,21 @@ impl Engine {
     /// drop: RocksDB's drop costs what a creation does. The caller holds the
     /// DDL lock.
     fn drop_table(&self, cf: CfRef, entry: &TableEntry) -> Result<(), EngineError> {
-        let spare = parse_spare(&entry.name).is_some();
+        let mut spare = parse_spare(&entry.name).is_some();
         if spare {
             let meta = self.meta_handle()?;
             let mut batch = WriteBatch::default();
             batch.delete_cf(&meta, binding_key(&entry.name));
-            self.write_meta_durably(batch, "unbind a dropped table")?;
+            if let Err(unbind) = self.write_meta_durably(batch, "unbind a dropped table") {
+                // No room for the meta flush (a full disk, when dropping a
+                // table is how a user makes room): RocksDB's own drop may
+                // still work; the binding left behind names no CF then and
+                // open removes it.
+                if self.db.drop_cf(&entry.name).is_err() {
+                    return Err(unbind);
+                }
+                spare = false;
+            }
         } else if self.db.cf_handle(&entry.name).is_some() {
             // A handle already gone means an earlier attempt got as far as
             // RocksDB's drop: only our map entry is left.

@@ -176,6 +176,7 @@ pub(super) fn read_at_open(db: &Db, names: &[String]) -> Result<(OpenedSpares, u
             }
         }
     }
+    let present: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
     let mut read_options = rocksdb::ReadOptions::default();
     read_options.set_total_order_seek(true);
     let from = IteratorMode::From(BINDING_PREFIX, rocksdb::Direction::Forward);
@@ -189,7 +190,7 @@ pub(super) fn read_at_open(db: &Db, names: &[String]) -> Result<(OpenedSpares, u
         if let Some(number) = parse_spare(&name) {
             max_number = max_number.max(number);
         }
-        if !names.iter().any(|n| *n == name) {
+        if !present.contains(name.as_ref()) {
             found.stale_bindings.push(key.to_vec());
         }
     }
