@@ -310,9 +310,10 @@ impl Engine {
 
     /// Writes a meta batch and flushes the meta CF: RocksDB's WAL is off, so
     /// only a flush makes it durable.
+    /// Waits out write stalls as every engine write does (`stall.rs`).
     pub(super) fn write_meta_durably(&self, batch: WriteBatch, what: &str) -> Result<(), EngineError> {
         let meta = self.meta_handle()?;
-        self.db.write_opt(batch, &self.write_options).map_err(rocks_with(|| what.to_owned()))?;
+        self.write_batch(|| WriteBatch::from_data(batch.data()), || what.to_owned())?;
         self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
     }
 }
