@@ -50,9 +50,11 @@ fn flush() {
     }
 }
 
-/// Every pasv column family: the database and relfilenumber it stores, its
-/// RocksDB name (which carries the incarnation), the next rowid to hand out,
-/// and RocksDB's estimates of its keys and bytes (memtables included).
+/// Every pasv table's column family: the database and relfilenumber it
+/// stores, its name by identity (`t.`/`u.` for a logged/unlogged table, then
+/// database, relfilenumber and incarnation; the engine may hold it in a spare
+/// CF bound to that identity), the next rowid to hand out, and the engine's
+/// estimates of its keys and bytes (memtables included).
 #[pg_extern]
 fn column_families() -> TableIterator<
     'static,
