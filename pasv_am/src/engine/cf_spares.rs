@@ -40,11 +40,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rocksdb::{IteratorMode, WriteBatch};
+use rocksdb::{AsColumnFamilyRef, IteratorMode, WriteBatch};
 
 use super::error::{rocks, rocks_with};
 use super::{Db, Engine, EngineError};
-use crate::cf_name::{parse_spare, spare_name, TableCf, META_CF};
+use crate::cf_name::{parse_spare, spare_name, TableCf};
 
 /// Spares the keeper keeps ready: a burst of CREATE TABLEs (a schema
 /// script) this long binds without waiting.
@@ -148,21 +148,17 @@ pub(super) struct OpenedSpares {
 
 /// Reads the binding of every spare CF in `names`, and every binding whose CF
 /// is gone. Largest number among spares and bindings is `max_number`.
-pub(super) fn read_at_open(db: &Db, names: &[String]) -> Result<(OpenedSpares, u64), EngineError> {
-    let meta = db
-        .cf_handle(META_CF)
-        .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
+pub(super) fn read_at_open(db: &Db, meta: &impl AsColumnFamilyRef, names: &[String]) -> Result<(OpenedSpares, u64), EngineError> {
     let mut found = OpenedSpares::default();
     let mut max_number = 0;
     for name in names {
         let Some(number) = parse_spare(name) else { continue };
         max_number = max_number.max(number);
-        let binding = db.get_cf(&meta, binding_key(name)).map_err(rocks("read a spare's binding"))?;
+        let binding = db.get_cf(meta, binding_key(name)).map_err(rocks("read a spare's binding"))?;
         match binding {
             Some(bytes) => {
                 let table = decode_binding(&bytes)
                     .ok_or_else(|| EngineError::Corruption(format!("malformed binding of column family {name}")))?;
-                max_number = max_number.max(table.incarnation);
                 found.bound.push((table, name.clone()));
             }
             None => {
@@ -180,7 +176,8 @@ pub(super) fn read_at_open(db: &Db, names: &[String]) -> Result<(OpenedSpares, u
     let mut read_options = rocksdb::ReadOptions::default();
     read_options.set_total_order_seek(true);
     let from = IteratorMode::From(BINDING_PREFIX, rocksdb::Direction::Forward);
-    for item in db.iterator_cf_opt(&meta, read_options, from) {
+    // Every binding, also those of CFs listed above: the incarnations.
+    for item in db.iterator_cf_opt(meta, read_options, from) {
         let (key, value) = item.map_err(rocks("read the spares' bindings"))?;
         let Some(name) = key.strip_prefix(BINDING_PREFIX) else { break };
         if let Some(table) = decode_binding(&value) {
@@ -300,37 +297,23 @@ impl Engine {
         let next = first
             .checked_add(count)
             .ok_or_else(|| EngineError::Corruption("incarnation counter overflow".into()))?;
-        let meta = self.meta_handle()?;
-        let mut batch = WriteBatch::default();
-        batch.put_cf(&meta, super::cf_registry::NEXT_INCARNATION_KEY, next.to_le_bytes());
-        self.write_meta_durably(batch, "persist the incarnation counter")?;
+        self.persist_meta(super::cf_registry::NEXT_INCARNATION_KEY, &next.to_le_bytes(), "persist the incarnation counter")?;
         ddl.next_incarnation = next;
         Ok(first)
     }
 
-    /// Writes a meta batch and flushes the meta CF: RocksDB's WAL is off, so
-    /// only a flush makes it durable.
-    /// Waits out write stalls as every engine write does (`stall.rs`).
-    pub(super) fn write_meta_durably(&self, batch: WriteBatch, what: &str) -> Result<(), EngineError> {
-        let meta = self.meta_handle()?;
-        self.write_batch(|| WriteBatch::from_data(batch.data()), || what.to_owned())?;
-        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
-    }
 }
 
 /// Removes what open found left over: non-empty unbound spares and bindings
 /// whose CF is gone.
-pub(super) fn clean_at_open(db: &Db, found: &OpenedSpares) -> Result<(), EngineError> {
+pub(super) fn clean_at_open(db: &Db, meta: &impl AsColumnFamilyRef, found: &OpenedSpares) -> Result<(), EngineError> {
     for name in &found.to_drop {
         db.drop_cf(name).map_err(rocks_with(|| format!("drop non-empty unbound spare {name}")))?;
     }
     if !found.stale_bindings.is_empty() {
-        let meta = db
-            .cf_handle(META_CF)
-            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
         let mut batch = WriteBatch::default();
         for key in &found.stale_bindings {
-            batch.delete_cf(&meta, key);
+            batch.delete_cf(meta, key);
         }
         let mut options = rocksdb::WriteOptions::default();
         options.disable_wal(true);

@@ -206,10 +206,14 @@ impl Engine {
             || format!("open RocksDB at {}", cfg.path.display()),
         ))?;
 
+        let meta = db
+            .cf_handle(META_CF)
+            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
+
         // A table's CF is named after it (`t.`/`u.`) or is a spare bound to it.
         let names: Vec<String> = names.into_iter().collect();
-        let (spares, max_spare_number) = cf_spares::read_at_open(&db, &names)?;
-        cf_spares::clean_at_open(&db, &spares)?;
+        let (spares, max_spare_number) = cf_spares::read_at_open(&db, &meta, &names)?;
+        cf_spares::clean_at_open(&db, &meta, &spares)?;
         let table_cfs = names
             .iter()
             .filter_map(|name| TableCf::parse(name).map(|cf| (cf, name.clone())))
@@ -245,9 +249,6 @@ impl Engine {
         let persisted = read_next_incarnation(&db)?;
         let next_incarnation = persisted.max(max_incarnation.saturating_add(1)).max(FIRST_INCARNATION);
 
-        let meta = db
-            .cf_handle(META_CF)
-            .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))?;
         let mut tables = HashMap::with_capacity(newest.len());
         for (key, (cf, name)) in newest {
             let floor = read_meta_u64(&db, &meta, &rowid_floor_key(&name), "read a rowid floor")?.unwrap_or(0);
@@ -374,12 +375,19 @@ impl Engine {
             .ok_or_else(|| EngineError::Corruption(format!("column family {META_CF} is missing")))
     }
 
-    /// Writes `key` in the meta CF and flushes it: RocksDB's WAL is off, so
-    /// only a flush makes the value durable.
+    /// Writes `key` in the meta CF durably ([`Engine::write_meta_durably`]).
     fn persist_meta(&self, key: &[u8], value: &[u8], what: &str) -> Result<(), EngineError> {
-        let meta = self.meta_handle()?;
-        self.write_one(&meta, key, value, || what.to_owned())?;
-        self.db.flush_cf(&meta).map_err(rocks("flush the meta column family"))
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put_cf(&self.meta_handle()?, key, value);
+        self.write_meta_durably(batch, what)
+    }
+
+    /// Writes a meta batch, waiting out write stalls as every engine write
+    /// does (`stall.rs`), and flushes the meta CF: RocksDB's WAL is off, so
+    /// only a flush makes it durable.
+    fn write_meta_durably(&self, batch: rocksdb::WriteBatch, what: &str) -> Result<(), EngineError> {
+        self.write_batch(|| rocksdb::WriteBatch::from_data(batch.data()), || what.to_owned())?;
+        self.db.flush_cf(&self.meta_handle()?).map_err(rocks("flush the meta column family"))
     }
 }
 
