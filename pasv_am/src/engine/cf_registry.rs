@@ -175,6 +175,10 @@ impl Engine {
     }
 
     /// Drops every CF of database `db`; returns how many were dropped.
+    ///
+    /// The tables' bindings go in one meta batch and one flush: one each
+    /// made DROP DATABASE cost a meta flush per table (100 tables: 0.25-0.9
+    /// s against heap's 0.02-0.3).
     pub fn drop_database(&self, db: u32) -> Result<usize, EngineError> {
         let _ddl = self.lock_ddl();
         let victims: Vec<(CfRef, Arc<TableEntry>)> = self
@@ -183,7 +187,26 @@ impl Engine {
             .filter(|(key, _)| key.db == db)
             .map(|(key, entry)| (*key, Arc::clone(entry)))
             .collect();
-        for (key, entry) in &victims {
+        let (bound, named): (Vec<_>, Vec<_>) = victims.iter().partition(|(_, entry)| parse_spare(&entry.name).is_some());
+        let mut unbound = false;
+        if !bound.is_empty() {
+            let meta = self.meta_handle()?;
+            let mut batch = WriteBatch::default();
+            for (_, entry) in &bound {
+                batch.delete_cf(&meta, binding_key(&entry.name));
+            }
+            // On failure each table is dropped alone below, with the
+            // fallback a single DROP has (`drop_table`).
+            unbound = self.write_meta_durably(batch, "unbind a dropped database's tables").is_ok();
+        }
+        for (key, entry) in &bound {
+            if unbound {
+                self.forget_dropped(*key, entry, true);
+            } else {
+                self.drop_table(*key, entry)?;
+            }
+        }
+        for (key, entry) in &named {
             self.drop_table(*key, entry)?;
         }
         // Also the locks on tables of db that have no CF.
@@ -503,6 +526,13 @@ impl Engine {
                 .drop_cf(&entry.name)
                 .map_err(rocks_with(|| format!("drop column family {}", entry.name)))?;
         }
+        self.forget_dropped(cf, entry, spare);
+        Ok(())
+    }
+
+    /// What dropping `entry` leaves to do once its CF is unbound (`spare`:
+    /// the keeper drops it) or dropped: the engine forgets the table.
+    fn forget_dropped(&self, cf: CfRef, entry: &TableEntry, spare: bool) {
         {
             let mut tables = self.tables_mut();
             if tables
@@ -524,7 +554,6 @@ impl Engine {
         if let Some(cache) = &self.row_cache {
             cache.forget_cf(cf);
         }
-        Ok(())
     }
 
     /// Tables dropped since the engine opened: creating one again retires
@@ -872,6 +901,35 @@ mod tests {
         assert_eq!(engine.list_table_cfs().len(), 1);
         let (lo, hi) = row_range(0, 10);
         assert_eq!(scan_all(&engine, keep, &lo, &hi, 4096, 0).0.len(), 3);
+    }
+
+    #[test]
+    fn drop_database_unbinds_its_tables_in_one_flush() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        let keep = CfRef { db: 6, rel: 16384 };
+        let doomed: Vec<CfRef> = (1..=20).map(|rel| CfRef { db: 5, rel }).collect();
+        for &cf in doomed.iter().chain([&keep]) {
+            engine.create_cf(cf).unwrap();
+            put_rows(&engine, cf, 0..3);
+        }
+        let before = engine.meta_flushes();
+        assert_eq!(engine.drop_database(5).unwrap(), doomed.len());
+        assert_eq!(engine.meta_flushes() - before, 1, "one flush for every binding");
+        for &cf in &doomed {
+            assert!(engine.lookup(cf).is_none());
+        }
+        // Durable: a crash (no clean close) brings back only the other database's table.
+        drop(engine);
+        let engine = open(&dir);
+        let remaining: Vec<(u32, u32)> = engine.list_table_cfs().iter().map(|t| (t.db, t.rel)).collect();
+        assert_eq!(remaining, [(keep.db, keep.rel)]);
+        let (lo, hi) = row_range(0, 10);
+        assert_eq!(scan_all(&engine, keep, &lo, &hi, 4096, 0).0.len(), 3);
+        // The dropped tables' rows are gone with their CFs: a new table of
+        // the same relfilenumber starts empty.
+        engine.create_cf(doomed[0]).unwrap();
+        assert!(scan_all(&engine, doomed[0], &lo, &hi, 4096, 0).0.is_empty());
     }
 
     #[test]

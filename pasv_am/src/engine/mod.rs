@@ -115,6 +115,9 @@ pub struct Engine {
     /// [`EngineConfig::pack_new_rows`].
     pack_new_rows: bool,
     opened_clean: bool,
+    /// Flushes of the meta CF since open: each is a DDL statement's wait
+    /// for the disk, so tests count them.
+    meta_flushes: std::sync::atomic::AtomicU64,
     _block_cache: Cache,
     _write_buffer_manager: WriteBufferManager,
 }
@@ -317,6 +320,7 @@ impl Engine {
             durability: cfg.durability,
             pack_new_rows: cfg.pack_new_rows,
             opened_clean,
+            meta_flushes: std::sync::atomic::AtomicU64::new(0),
             _block_cache: block_cache,
             _write_buffer_manager: write_buffer_manager,
         };
@@ -387,7 +391,14 @@ impl Engine {
     /// only a flush makes it durable.
     fn write_meta_durably(&self, batch: rocksdb::WriteBatch, what: &str) -> Result<(), EngineError> {
         self.write_batch(|| rocksdb::WriteBatch::from_data(batch.data()), || what.to_owned())?;
+        self.meta_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.db.flush_cf(&self.meta_handle()?).map_err(rocks("flush the meta column family"))
+    }
+
+    /// [`Engine::meta_flushes`]'s count.
+    #[cfg(test)]
+    pub(crate) fn meta_flushes(&self) -> u64 {
+        self.meta_flushes.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
