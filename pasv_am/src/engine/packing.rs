@@ -56,23 +56,29 @@ pub(super) const FOLDED_ROWS_KEY: &[u8] = &[RESERVED_KEY_PREFIX, b'f', b'o', b'l
 /// read of one row an extra seek.
 pub(super) const MIN_PACK_ROWS: usize = 8;
 
-/// A group of a batch to write as one pack: its entries are
-/// `first..first + len` of the batch.
+/// A group of a batch to write as one pack: its `len` entries are the
+/// batch's entries of rows of the group, the first at index `first` and
+/// the last at `last`; entries of older rows may lie between them (an
+/// UPDATE's batch interleaves each new row with its old row's changes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct PackRun {
     pub(super) first: usize,
+    pub(super) last: usize,
     pub(super) len: usize,
     pub(super) base: u64,
 }
 
-/// The groups of `batch` to write as packs: none unless every entry is a
-/// new row's version 0, in ascending rowid order (new: at or past
-/// `size_end`, one past the highest row written before the batch, and not
-/// frozen); then every group with at least [`MIN_PACK_ROWS`] rows in the
-/// batch and none written before it (its first rowid at or past
-/// `size_end`: so the group has no pack yet). VACUUM's freeze rewrites
-/// version 0 of rows that exist, in the same shape; packed, its copies
-/// would lose to the row keys the rows may already have.
+/// The groups of `batch` to write as packs. The batch's *new rows* are
+/// its entries at or past `size_end` (one past the highest row written
+/// before the batch); entries of older rows (an UPDATE's changes of the
+/// rows it moves, their pruned versions) are written as they come and
+/// pack nothing. Nothing packs unless every entry of a new row is its
+/// version 0, not frozen, each rowid once and ascending; then every group
+/// with at least [`MIN_PACK_ROWS`] new rows in the batch and none written
+/// before it (its first rowid at or past `size_end`: so the group has no
+/// pack yet) packs. VACUUM's freeze rewrites version 0 of rows that exist,
+/// in the same shape; those are older rows, whose packed copies would lose
+/// to the row keys the rows may already have.
 pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackRun> {
     let mut runs = Vec::new();
     let mut previous: Option<u64> = None;
@@ -83,18 +89,24 @@ pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackR
         }
     };
     for (i, (key, value)) in batch.iter().enumerate() {
-        let Some((rowid, 0)) = decode_row_key(key) else { return Vec::new() };
+        let Some((rowid, version)) = decode_row_key(key) else { return Vec::new() };
+        if rowid < size_end {
+            continue;
+        }
         let frozen = crate::row::RowHeader::decode(value).map_or(true, |(h, _)| h.flags & crate::row::FLAG_FROZEN != 0);
-        if rowid < size_end || frozen || previous.is_some_and(|p| rowid <= p) {
+        if version != 0 || frozen || previous.is_some_and(|p| rowid <= p) {
             return Vec::new();
         }
         previous = Some(rowid);
         let base = group_base(rowid);
         match run.as_mut() {
-            Some(r) if r.base == base => r.len += 1,
+            Some(r) if r.base == base => {
+                r.len += 1;
+                r.last = i;
+            }
             _ => {
                 close(run.take());
-                run = Some(PackRun { first: i, len: 1, base });
+                run = Some(PackRun { first: i, last: i, len: 1, base });
             }
         }
     }
@@ -192,17 +204,19 @@ pub(super) fn build_write(
         write.put_cf(handle, FOLDED_ROWS_KEY, folded.to_le_bytes());
     }
     let mut next_pack = packs.iter().copied().peekable();
-    let mut pack: Option<(PackBuilder, usize)> = None;
+    let mut pack: Option<(PackBuilder, PackRun)> = None;
     for (i, (key, value)) in batch.iter().enumerate() {
         if let Some(run) = next_pack.next_if(|run| run.first == i) {
-            pack = Some((PackBuilder::new(run.base), run.first + run.len));
+            pack = Some((PackBuilder::new(run.base), run));
         }
-        if let Some((builder, end)) = pack.as_mut() {
-            if let Some((rowid, version)) = decode_row_key(key) {
-                // packable_groups gave a group of new rows in order.
+        if let Some((builder, run)) = pack.as_mut() {
+            // packable_groups gave a group of new rows in order; between
+            // its first and last entries, every entry of a row of the
+            // group is one of them (the others are older rows').
+            if let Some((rowid, version)) = decode_row_key(key).filter(|&(rowid, _)| group_base(rowid) == run.base) {
                 let pushed = builder.push(rowid, version, value);
                 debug_assert!(pushed);
-                if i + 1 == *end {
+                if i == run.last {
                     if let Some((done, _)) = pack.take() {
                         write.put_cf(handle, pack_key(done.base()), done.finish());
                     }
@@ -255,7 +269,8 @@ mod tests {
         let mut gap = new(0..130);
         gap.remove(100);
         assert_eq!(groups_of(&gap, 0), vec![(0, 64), (64, 63), (127, 2)].into_iter().filter(|g| g.1 >= MIN_PACK_ROWS).collect::<Vec<_>>());
-        // Any other kind of entry, or rows out of order, pack nothing.
+        // Any other kind of entry of a new row, or new rows out of order,
+        // pack nothing.
         let mut update = new(0..128);
         update.push((500, 1, true));
         assert!(groups_of(&update, 0).is_empty());
@@ -265,7 +280,26 @@ mod tests {
         let mut unordered = new(0..128);
         unordered.swap(3, 4);
         assert!(groups_of(&unordered, 0).is_empty());
-        assert!(groups_of(&new(100..200), 101).is_empty(), "a row below the size end");
+        let mut twice = new(0..128);
+        twice.insert(10, (9, 0, true));
+        assert!(groups_of(&twice, 0).is_empty());
+        // Entries of older rows pack nothing and stop nothing: an UPDATE
+        // moving rows 0..70 (a marker and a pruned version each) to new
+        // rows 1000.. interleaves them.
+        let mut moved = Vec::new();
+        for (i, old) in (0..70u64).enumerate() {
+            moved.push((old, 1, true));
+            moved.push((old, 0, false));
+            moved.push((1000 + i as u64, 0, true));
+        }
+        // Rowids 1000.. are in block 3 (873..1164): groups at 1001 and 1065.
+        let first_of = |rowid: u64| moved.iter().position(|&(r, _, _)| r == rowid).unwrap();
+        assert_eq!(groups_of(&moved, 1000), vec![(first_of(1001), 64)], "the group of row 1000 was partly written before");
+        assert_eq!(groups_of(&moved, 1000).len(), 1);
+        assert_eq!(groups_of(&moved, 999), vec![(first_of(1001), 64)]);
+        // Row 100 is below the size end: written as it comes; its group's
+        // other rows were not all new, the next groups' were.
+        assert_eq!(groups_of(&new(100..200), 101), vec![(28, 64), (92, 8)]);
     }
 
     /// A delete of a version 0 is a marker only where a pack holds the
@@ -291,6 +325,57 @@ mod tests {
         assert_eq!(raw(5).as_deref(), Some(HIDDEN), "row 5 is packed: its delete hides it");
         assert_eq!(raw(40), None, "row 40 was written alone: its delete is RocksDB's");
         assert!(engine.db.get_cf(&handle, pack_key(0)).unwrap().is_some());
+    }
+
+    /// An UPDATE's batch (per moved row: a marker on the old row, its
+    /// pruned version 0, the new row) packs its new rows, and every read
+    /// gives what an engine that packs nothing gives, also after later
+    /// statements delete and move some of the packed rows.
+    #[test]
+    fn an_updates_new_rows_pack_and_read_as_row_keys() {
+        use crate::engine::test_support::{config, put_rows, scan_all, value, TempDir, T};
+        use crate::keys::row_range;
+        let mut reads = Vec::new();
+        for pack in [false, true] {
+            let dir = TempDir::new();
+            let mut cfg = config(&dir);
+            cfg.pack_new_rows = pack;
+            let engine = Engine::open(cfg).unwrap();
+            engine.create_cf(T).unwrap();
+            put_rows(&engine, T, 0..200);
+            // Rows 0, 2, .., 148 move to 291.. (block 1: groups at 291 and 355).
+            let mut update = BatchBuilder::new();
+            for (i, old) in (0..150u64).step_by(2).enumerate() {
+                let new = 291 + i as u64;
+                update.push(&row_key(old, 1), &value(old, 5)).unwrap();
+                update.push(&row_key(old, 0), &[]).unwrap();
+                update.push(&row_key(new, 0), &value(new, 7)).unwrap();
+            }
+            engine.put_batch(T, update.as_batch()).unwrap();
+            let handle = engine.db.cf_handle(&engine.table_entry_name(T)).unwrap();
+            for base in [291, 355] {
+                assert_eq!(engine.db.get_cf(&handle, pack_key(base)).unwrap().is_some(), pack, "group {base} packed: {pack}");
+            }
+            let mut later = BatchBuilder::new();
+            for rowid in [291u64, 300, 360] {
+                later.push(&row_key(rowid, 0), &[]).unwrap();
+            }
+            later.push(&row_key(310, 1), &value(310, 9)).unwrap();
+            later.push(&row_key(310, 0), &[]).unwrap();
+            later.push(&row_key(400, 0), &value(400, 3)).unwrap();
+            engine.put_batch(T, later.as_batch()).unwrap();
+            let (lo, hi) = row_range(0, 1000);
+            let all = scan_all(&engine, T, &lo, &hi, 4096, 0).0;
+            // One row at a time, newest versions first, as a fetch by TID reads.
+            let mut one_by_one = Vec::new();
+            for rowid in 0..420 {
+                let (lo, hi) = row_range(rowid, rowid + 1);
+                one_by_one.push(scan_all(&engine, T, &lo, &hi, 4096, 4).0);
+            }
+            reads.push((all, one_by_one));
+        }
+        assert!(!reads[0].0.is_empty());
+        assert_eq!(reads[0], reads[1]);
     }
 
     /// The planner's entries count every packed row, after a reopening
