@@ -31,8 +31,8 @@ use rocksdb::WriteBatch;
 use super::cf_registry::TableEntry;
 use super::error::rocks_with;
 use super::{Engine, EngineError};
-use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX};
-use crate::pack::{group_base, pack_key, Pack, PackBuilder, HIDDEN};
+use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX, ROWS_PER_BLOCK};
+use crate::pack::{group_base, pack_key, Pack, PackBuilder, HIDDEN, PACK_ROWS};
 use crate::protocol::EntryBatch;
 
 /// Meta CF key prefix of a CF's pack floor (followed by the CF name; u64
@@ -79,18 +79,21 @@ pub(super) struct PackRun {
 /// pack yet) packs. VACUUM's freeze rewrites version 0 of rows that exist,
 /// in the same shape; those are older rows, whose packed copies would lose
 /// to the row keys the rows may already have.
+///
+/// A batch that also changes older rows packs only the groups it fills
+/// whole (a bulk UPDATE's, past its first group). An OLTP transaction's
+/// few moved rows stay row keys: such rows are hot, and each later move
+/// of a packed row leaves a marker that stays until the table is
+/// rewritten (`rows_to_hide`).
 pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackRun> {
     let mut runs = Vec::new();
     let mut previous: Option<u64> = None;
     let mut run: Option<PackRun> = None;
-    let mut close = |run: Option<PackRun>| {
-        if let Some(run) = run.filter(|r| r.len >= MIN_PACK_ROWS && r.base >= size_end) {
-            runs.push(run);
-        }
-    };
+    let mut older = false;
     for (i, (key, value)) in batch.iter().enumerate() {
         let Some((rowid, version)) = decode_row_key(key) else { return Vec::new() };
         if rowid < size_end {
+            older = true;
             continue;
         }
         let frozen = crate::row::RowHeader::decode(value).map_or(true, |(h, _)| h.flags & crate::row::FLAG_FROZEN != 0);
@@ -105,13 +108,20 @@ pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackR
                 r.last = i;
             }
             _ => {
-                close(run.take());
+                runs.extend(run.take());
                 run = Some(PackRun { first: i, last: i, len: 1, base });
             }
         }
     }
-    close(run);
+    runs.extend(run);
+    runs.retain(|r| r.base >= size_end && if older { r.len as u64 == group_rows(r.base) } else { r.len >= MIN_PACK_ROWS });
     runs
+}
+
+/// Rowids of the group whose first rowid is `base` (`crate::pack`: a
+/// group ends at [`PACK_ROWS`] rows or at its block's end).
+fn group_rows(base: u64) -> u64 {
+    PACK_ROWS.min(ROWS_PER_BLOCK - base % ROWS_PER_BLOCK)
 }
 
 impl Engine {
@@ -297,9 +307,16 @@ mod tests {
         assert_eq!(groups_of(&moved, 1000), vec![(first_of(1001), 64)], "the group of row 1000 was partly written before");
         assert_eq!(groups_of(&moved, 1000).len(), 1);
         assert_eq!(groups_of(&moved, 999), vec![(first_of(1001), 64)]);
-        // Row 100 is below the size end: written as it comes; its group's
-        // other rows were not all new, the next groups' were.
-        assert_eq!(groups_of(&new(100..200), 101), vec![(28, 64), (92, 8)]);
+        // With older rows' entries, a group packs only whole: an OLTP
+        // transaction's ten moved rows do not, even from a group's start.
+        let oltp: Vec<(u64, u32, bool)> = (0..10u64).flat_map(|i| [(i * 7, 1, true), (1001 + i, 0, true)]).collect();
+        assert!(groups_of(&oltp, 1000).is_empty());
+        let alone: Vec<(u64, u32, bool)> = (0..10u64).map(|i| (1001 + i, 0, true)).collect();
+        assert_eq!(groups_of(&alone, 1000), vec![(0, 10)], "new rows alone pack from eight on");
+        // Row 100 is below the size end: written as it comes. Its group's
+        // other rows were not all new; of the next groups, the whole one
+        // packs and the part of one (192..200) does not.
+        assert_eq!(groups_of(&new(100..200), 101), vec![(28, 64)]);
     }
 
     /// A delete of a version 0 is a marker only where a pack holds the
@@ -343,7 +360,8 @@ mod tests {
             let engine = Engine::open(cfg).unwrap();
             engine.create_cf(T).unwrap();
             put_rows(&engine, T, 0..200);
-            // Rows 0, 2, .., 148 move to 291.. (block 1: groups at 291 and 355).
+            // Rows 0, 2, .., 148 move to 291..366 (block 1: the group at 291
+            // is filled whole, the one at 355 is not).
             let mut update = BatchBuilder::new();
             for (i, old) in (0..150u64).step_by(2).enumerate() {
                 let new = 291 + i as u64;
@@ -353,9 +371,8 @@ mod tests {
             }
             engine.put_batch(T, update.as_batch()).unwrap();
             let handle = engine.db.cf_handle(&engine.table_entry_name(T)).unwrap();
-            for base in [291, 355] {
-                assert_eq!(engine.db.get_cf(&handle, pack_key(base)).unwrap().is_some(), pack, "group {base} packed: {pack}");
-            }
+            assert_eq!(engine.db.get_cf(&handle, pack_key(291)).unwrap().is_some(), pack, "group 291 packed: {pack}");
+            assert!(engine.db.get_cf(&handle, pack_key(355)).unwrap().is_none(), "a group filled in part stays row keys");
             let mut later = BatchBuilder::new();
             for rowid in [291u64, 300, 360] {
                 later.push(&row_key(rowid, 0), &[]).unwrap();
