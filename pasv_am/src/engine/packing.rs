@@ -322,14 +322,21 @@ mod tests {
     /// A delete of a version 0 is a marker only where a pack holds the
     /// row: markers are puts, never compacted away, and one for every row
     /// deleted above the floor piled up without bound.
+    /// An engine in `dir` that packs new rows (`pack`) or not, with the
+    /// table `T`.
+    fn engine_with_table(dir: &crate::engine::test_support::TempDir, pack: bool) -> Engine {
+        let mut cfg = crate::engine::test_support::config(dir);
+        cfg.pack_new_rows = pack;
+        let engine = Engine::open(cfg).unwrap();
+        engine.create_cf(crate::engine::test_support::T).unwrap();
+        engine
+    }
+
     #[test]
     fn only_packed_rows_are_hidden_by_markers() {
-        use crate::engine::test_support::{config, put_rows, TempDir, T};
+        use crate::engine::test_support::{put_rows, TempDir, T};
         let dir = TempDir::new();
-        let mut cfg = config(&dir);
-        cfg.pack_new_rows = true;
-        let engine = Engine::open(cfg).unwrap();
-        engine.create_cf(T).unwrap();
+        let engine = engine_with_table(&dir, true);
         put_rows(&engine, T, 0..20);
         put_rows(&engine, T, [40]);
         let mut deletes = BatchBuilder::new();
@@ -350,15 +357,12 @@ mod tests {
     /// statements delete and move some of the packed rows.
     #[test]
     fn an_updates_new_rows_pack_and_read_as_row_keys() {
-        use crate::engine::test_support::{config, put_rows, scan_all, value, TempDir, T};
+        use crate::engine::test_support::{put_rows, scan_all, value, TempDir, T};
         use crate::keys::row_range;
         let mut reads = Vec::new();
         for pack in [false, true] {
             let dir = TempDir::new();
-            let mut cfg = config(&dir);
-            cfg.pack_new_rows = pack;
-            let engine = Engine::open(cfg).unwrap();
-            engine.create_cf(T).unwrap();
+            let engine = engine_with_table(&dir, pack);
             put_rows(&engine, T, 0..200);
             // Rows 0, 2, .., 148 move to 291..366 (block 1: the group at 291
             // is filled whole, the one at 355 is not).
