@@ -53,6 +53,12 @@ pub fn group_base(rowid: u64) -> u64 {
     rowid - in_block % PACK_ROWS
 }
 
+/// Rowids of the group whose first rowid is `base`: [`PACK_ROWS`], or
+/// fewer where its block ends first.
+pub fn group_rows(base: u64) -> u64 {
+    PACK_ROWS.min(ROWS_PER_BLOCK - base % ROWS_PER_BLOCK)
+}
+
 /// Key of the pack of the group whose first rowid is `base`.
 pub fn pack_key(base: u64) -> [u8; PACK_KEY_LEN] {
     base.to_be_bytes()

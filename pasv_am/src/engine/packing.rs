@@ -31,8 +31,8 @@ use rocksdb::WriteBatch;
 use super::cf_registry::TableEntry;
 use super::error::rocks_with;
 use super::{Engine, EngineError};
-use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX, ROWS_PER_BLOCK};
-use crate::pack::{group_base, pack_key, Pack, PackBuilder, HIDDEN, PACK_ROWS};
+use crate::keys::{decode_row_key, RESERVED_KEY_PREFIX};
+use crate::pack::{group_base, group_rows, pack_key, Pack, PackBuilder, HIDDEN};
 use crate::protocol::EntryBatch;
 
 /// Meta CF key prefix of a CF's pack floor (followed by the CF name; u64
@@ -116,12 +116,6 @@ pub(super) fn packable_groups(batch: EntryBatch<'_>, size_end: u64) -> Vec<PackR
     runs.extend(run);
     runs.retain(|r| r.base >= size_end && if older { r.len as u64 == group_rows(r.base) } else { r.len >= MIN_PACK_ROWS });
     runs
-}
-
-/// Rowids of the group whose first rowid is `base` (`crate::pack`: a
-/// group ends at [`PACK_ROWS`] rows or at its block's end).
-fn group_rows(base: u64) -> u64 {
-    PACK_ROWS.min(ROWS_PER_BLOCK - base % ROWS_PER_BLOCK)
 }
 
 impl Engine {
