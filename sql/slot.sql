@@ -44,3 +44,41 @@ SELECT unflushed FROM pasv.cf_status WHERE relation = 'slot_t'::regclass;
 \! grep -c "HINT:  pasv flushes the database's pasv tables and creates the slot again" "$PASV_TEST_LOG"
 SELECT count(*) FROM slot_t;
 DROP TABLE slot_t;
+
+-- The worker reads and advances the slot without a snapshot: while a
+-- process of the database holds one, no backend may prune a version its
+-- xmin covers (heap's HOT pruning neither). Under a steady stream of WAL
+-- (advances are due at every tick past twice max_recovery_lag), the
+-- worker's xmin is sampled between transactions until the slot moved
+-- three times.
+ALTER SYSTEM SET pasv.max_recovery_lag = 16;
+SELECT pg_reload_conf();
+CREATE TABLE slot_w (id int, pad text) USING pasv;
+CREATE PROCEDURE slot_sample(INOUT samples int, INOUT held int, INOUT advances int)
+LANGUAGE plpgsql AS $$
+DECLARE
+  was pg_lsn := (SELECT confirmed_flush_lsn FROM pg_replication_slots s JOIN pasv.database_status d USING (slot_name)
+                  WHERE d.datname = current_database());
+  now_at pg_lsn;
+BEGIN
+  samples := 0; held := 0; advances := 0;
+  FOR i IN 1..20000 LOOP
+    INSERT INTO slot_w SELECT g, repeat('x', 100) FROM generate_series(1, 200) g;
+    COMMIT;
+    samples := samples + 1;
+    held := held + (SELECT count(*) FROM pg_stat_activity
+                     WHERE backend_type = 'pasv replay' AND datname = current_database() AND backend_xmin IS NOT NULL);
+    now_at := (SELECT confirmed_flush_lsn FROM pg_replication_slots s JOIN pasv.database_status d USING (slot_name)
+                WHERE d.datname = current_database());
+    IF now_at <> was THEN advances := advances + 1; was := now_at; END IF;
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN advances >= 3;
+    IF i % 100 = 0 THEN DELETE FROM slot_w; END IF;
+  END LOOP;
+END $$;
+CALL slot_sample(NULL, NULL, NULL) \gset
+SELECT :advances >= 3 AS slot_advanced, :held AS samples_with_worker_xmin, :samples > 100 AS sampled;
+ALTER SYSTEM RESET pasv.max_recovery_lag;
+SELECT pg_reload_conf();
+DROP PROCEDURE slot_sample;
+DROP TABLE slot_w;

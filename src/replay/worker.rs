@@ -36,6 +36,10 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// Index of ReplicationSlotControlLock in MainLWLockArray (lwlocknames.txt,
+/// PG16); a macro in C.
+const REPLICATION_SLOT_CONTROL_LOCK: usize = 37;
+
 /// How often the slot is advanced while nothing presses (see `maintain`).
 const ADVANCE_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -157,18 +161,30 @@ impl Worker<'_> {
         }
     }
 
-    /// The slot's (confirmed_flush, restart_lsn), or `None` if it does not exist.
+    /// The slot's (confirmed_flush, restart_lsn), or `None` if it does not
+    /// exist. Read from shared memory as `pg_get_replication_slots` does,
+    /// outside any transaction: a query would take a snapshot once a second,
+    /// and while this worker holds one, no backend of the database may prune
+    /// a version its xmin still covers (heap's HOT pruning neither).
     fn slot_position(&self) -> Step<Option<(u64, u64)>> {
-        // One row always: NULLs when the slot does not exist.
-        let query = format!(
-            "SELECT (SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = '{0}'), \
-                    (SELECT (restart_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = '{0}')",
-            self.name
-        );
-        self.spi(|| {
-            Spi::connect(|c| c.select(query.as_str(), Some(1), &[])?.first().get_two::<i64, i64>())
-                .map(|(c, r)| c.map(|c| (c as u64, r.unwrap_or(0) as u64)))
-        })
+        let name = std::ffi::CString::new(self.name.as_str()).map_err(|e| e.to_string())?;
+        // SAFETY: the slot array is read under ReplicationSlotControlLock
+        // (shared), which keeps every slot's `in_use` and name fixed, and a
+        // slot's positions under its spinlock, as slot.c's readers do.
+        unsafe {
+            let lock = &raw mut (*pg_sys::MainLWLockArray.add(REPLICATION_SLOT_CONTROL_LOCK)).lock;
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
+            let slot = pg_sys::SearchNamedReplicationSlot(name.as_ptr(), false);
+            let position = (!slot.is_null()).then(|| {
+                pg_sys::SpinLockAcquire(&raw mut (*slot).mutex);
+                let position = ((*slot).data.confirmed_flush, (*slot).data.restart_lsn);
+                pg_sys::SpinLockRelease(&raw mut (*slot).mutex);
+                position
+            });
+            pg_sys::LWLockRelease(lock);
+            // A slot still being created has no confirmed position yet.
+            Ok(position.filter(|&(confirmed, _)| confirmed != 0))
+        }
     }
 
     /// No slot: from now on commits flush what they wrote; create the slot
@@ -220,7 +236,13 @@ impl Worker<'_> {
         {
             self.last_snapshot_log.set(Instant::now());
             self.last_snapshot_lsn.set(before);
-            self.spi_run("SELECT pg_log_standby_snapshot()")?;
+            // Called, not queried: see `call`.
+            // SAFETY: in a transaction of this worker, on a primary (the
+            // worker runs only there), with wal_level logical.
+            self.call(|| {
+                unsafe { pg_sys::LogStandbySnapshot() };
+                Ok(())
+            })?;
         }
         // Read the position first: a CF clean in the report below was clean
         // when every transaction that committed before `now` had written it.
@@ -276,7 +298,43 @@ impl Worker<'_> {
     /// Fast-forward the slot to `lsn` (PostgreSQL decodes from its restart_lsn).
     fn advance_slot(&self, lsn: u64) -> Step<()> {
         crate::crash_point::reach(crate::crash_point::Point::SlotAdvance);
-        self.spi_run(&format!("SELECT pg_replication_slot_advance('{}', '{}'::pg_lsn)", self.name, fmt_lsn(lsn)))
+        // The SQL function, called through fmgr rather than by a query, so
+        // that no snapshot holds back pruning while the decoding runs
+        // (seconds under load; see `call`). The decoding resets the caches,
+        // and with them the catalog snapshot, before it reads WAL.
+        let mut name = pg_sys::NameData::default();
+        if self.name.len() >= name.data.len() {
+            return Err(format!("slot name {} is too long", self.name));
+        }
+        for (d, &b) in name.data.iter_mut().zip(self.name.as_bytes()) {
+            *d = b as std::ffi::c_char;
+        }
+        self.call(|| {
+            // SAFETY: in a transaction of this worker; `name` outlives the
+            // call; a pg_lsn is passed by value.
+            unsafe {
+                // What the function looks up before its decoding resets the
+                // caches (the role, its own result type) is looked up here
+                // first, and the catalog snapshot that took is dropped: the
+                // function then finds it all cached and takes none.
+                pg_sys::has_rolreplication(pg_sys::GetUserId());
+                let mut result_type = pg_sys::InvalidOid;
+                let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
+                pg_sys::get_func_result_type(
+                    pg_sys::Oid::from(pg_sys::F_PG_REPLICATION_SLOT_ADVANCE),
+                    &raw mut result_type,
+                    &raw mut tupdesc,
+                );
+                pg_sys::InvalidateCatalogSnapshot();
+                pg_sys::OidFunctionCall2Coll(
+                    pg_sys::Oid::from(pg_sys::F_PG_REPLICATION_SLOT_ADVANCE),
+                    pg_sys::InvalidOid,
+                    pg_sys::Datum::from(&raw mut name),
+                    pg_sys::Datum::from(lsn),
+                )
+            };
+            Ok(())
+        })
     }
 
     /// Flush the dirty CFs whose DPP is more than half the bound behind.
@@ -422,11 +480,35 @@ impl Worker<'_> {
         Ok(())
     }
 
+    /// `f` in a transaction of its own, with a snapshot: for queries.
     fn spi<T>(&self, f: impl FnOnce() -> Result<T, pgrx::spi::Error>) -> Step<T> {
+        self.in_transaction(true, f)
+    }
+
+    /// `f` in a transaction of its own without a snapshot, for calls that
+    /// read no table: while this worker holds a snapshot, its xmin holds
+    /// back every prune in the database (heap's HOT pruning too).
+    fn call<T>(&self, f: impl FnOnce() -> Result<T, pgrx::spi::Error>) -> Step<T> {
+        self.in_transaction(false, f)
+    }
+
+    fn in_transaction<T>(&self, snapshot: bool, f: impl FnOnce() -> Result<T, pgrx::spi::Error>) -> Step<T> {
         let f = std::panic::AssertUnwindSafe(f);
         let outcome = PgTryBuilder::new(|| {
             let f = f;
-            BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || (f.0)().map_err(|e| e.to_string())))
+            if snapshot {
+                return BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || (f.0)().map_err(|e| e.to_string())));
+            }
+            // SAFETY: this worker's main thread, between transactions; an
+            // ERROR is caught below and aborts the transaction.
+            unsafe {
+                pg_sys::SetCurrentStatementStartTimestamp();
+                pg_sys::StartTransactionCommand();
+            }
+            let result = (f.0)().map_err(|e| e.to_string());
+            // SAFETY: as above.
+            unsafe { pg_sys::CommitTransactionCommand() };
+            result
         })
         .catch_others(|cause| {
             // SAFETY: an ERROR escaped mid-transaction: clean up as
