@@ -203,7 +203,23 @@ impl Worker<'_> {
         if unsafe { pg_sys::wal_level } < pg_sys::WalLevel::WAL_LEVEL_LOGICAL as i32 {
             return Err("wal_level is below logical".into());
         }
-        self.spi_run(&format!("SELECT pg_create_logical_replication_slot('{}', '{}')", self.name, super::PLUGIN_NAME))?;
+        // Creation waits for the transactions running now to end: no
+        // snapshot of this worker may pin pruning meanwhile.
+        let (mut name, mut plugin) = (name_data(&self.name)?, name_data(super::PLUGIN_NAME)?);
+        self.call_slot_function(pg_sys::F_PG_CREATE_LOGICAL_REPLICATION_SLOT, |function| {
+            // SAFETY: in a transaction of this worker; the names outlive the
+            // call; (temporary, two_phase) = (false, false), its defaults.
+            unsafe {
+                pg_sys::OidFunctionCall4Coll(
+                    function,
+                    pg_sys::InvalidOid,
+                    pg_sys::Datum::from(&raw mut name),
+                    pg_sys::Datum::from(&raw mut plugin),
+                    pg_sys::Datum::from(false),
+                    pg_sys::Datum::from(false),
+                )
+            };
+        })?;
         // Flush before READY (what committed so far is on disk when the state
         // says protected) and after (a commit that still saw NONE's
         // predecessor READY may have slipped in between).
@@ -298,41 +314,42 @@ impl Worker<'_> {
     /// Fast-forward the slot to `lsn` (PostgreSQL decodes from its restart_lsn).
     fn advance_slot(&self, lsn: u64) -> Step<()> {
         crate::crash_point::reach(crate::crash_point::Point::SlotAdvance);
-        // The SQL function, called through fmgr rather than by a query, so
-        // that no snapshot holds back pruning while the decoding runs
-        // (seconds under load; see `call`). The decoding resets the caches,
-        // and with them the catalog snapshot, before it reads WAL.
-        let mut name = pg_sys::NameData::default();
-        if self.name.len() >= name.data.len() {
-            return Err(format!("slot name {} is too long", self.name));
-        }
-        for (d, &b) in name.data.iter_mut().zip(self.name.as_bytes()) {
-            *d = b as std::ffi::c_char;
-        }
-        self.call(|| {
+        // The decoding can run for seconds under load: no snapshot may pin
+        // pruning meanwhile (`call_slot_function`). The decoding resets the
+        // caches, and with them the catalog snapshot, before it reads WAL.
+        let mut name = name_data(&self.name)?;
+        self.call_slot_function(pg_sys::F_PG_REPLICATION_SLOT_ADVANCE, |function| {
             // SAFETY: in a transaction of this worker; `name` outlives the
             // call; a pg_lsn is passed by value.
             unsafe {
-                // What the function looks up before its decoding resets the
-                // caches (the role, its own result type) is looked up here
-                // first, and the catalog snapshot that took is dropped: the
-                // function then finds it all cached and takes none.
-                pg_sys::has_rolreplication(pg_sys::GetUserId());
-                let mut result_type = pg_sys::InvalidOid;
-                let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
-                pg_sys::get_func_result_type(
-                    pg_sys::Oid::from(pg_sys::F_PG_REPLICATION_SLOT_ADVANCE),
-                    &raw mut result_type,
-                    &raw mut tupdesc,
-                );
-                pg_sys::InvalidateCatalogSnapshot();
                 pg_sys::OidFunctionCall2Coll(
-                    pg_sys::Oid::from(pg_sys::F_PG_REPLICATION_SLOT_ADVANCE),
+                    function,
                     pg_sys::InvalidOid,
                     pg_sys::Datum::from(&raw mut name),
                     pg_sys::Datum::from(lsn),
                 )
             };
+        })
+    }
+
+    /// Calls `function`, one of PostgreSQL's slot functions (they return a
+    /// record), through `invoke`, in a transaction without a snapshot (see
+    /// `call`). What the function looks up before it gets to work (the
+    /// role, its result type) is looked up here first and the catalog
+    /// snapshot that took is dropped: the function finds it all cached and
+    /// takes none.
+    fn call_slot_function(&self, function: u32, invoke: impl FnOnce(pg_sys::Oid)) -> Step<()> {
+        let function = pg_sys::Oid::from(function);
+        self.call(|| {
+            // SAFETY: in a transaction of this worker; catalog lookups.
+            unsafe {
+                pg_sys::has_rolreplication(pg_sys::GetUserId());
+                let mut result_type = pg_sys::InvalidOid;
+                let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
+                pg_sys::get_func_result_type(function, &raw mut result_type, &raw mut tupdesc);
+                pg_sys::InvalidateCatalogSnapshot();
+            }
+            invoke(function);
             Ok(())
         })
     }
@@ -657,6 +674,18 @@ pub fn resume_worker(db: u32) {
     if let Some(slot) = chan.header().db_slot(db) {
         slot.dropping.store(0, Ordering::Release);
     }
+}
+
+/// `s` as a `name` datum's storage (NUL-padded), or why it cannot be one.
+fn name_data(s: &str) -> Step<pg_sys::NameData> {
+    let mut name = pg_sys::NameData::default();
+    if s.len() >= name.data.len() || s.contains('\0') {
+        return Err(format!("{s:?} is not a valid name"));
+    }
+    for (d, &b) in name.data.iter_mut().zip(s.as_bytes()) {
+        *d = b as std::ffi::c_char;
+    }
+    Ok(name)
 }
 
 fn select_one(query: &str) -> Result<Option<i64>, pgrx::spi::Error> {

@@ -37,8 +37,8 @@ pub struct PasvScan {
     /// one bitmap block).
     range_lo: u64,
     range_hi: u64,
-    /// The rowid block (+1; 0: none yet) last counted in the statistics.
-    stats_block: u64,
+    /// The rowid block last counted in the statistics.
+    stats_block: super::scan_stats::CountedBlock,
     /// Parallel scans: the chunk `[lo, hi)` taken before the current one
     /// ended, whose first batch is read ahead (`hi == 0`: none).
     next_chunk_lo: u64,
@@ -489,7 +489,7 @@ pub unsafe extern "C-unwind" fn scan_rescan(
     s.tid_blocks = None;
     s.bm_pending = None;
     s.analyze = AnalyzeWindow::default();
-    s.stats_block = 0;
+    s.stats_block = super::scan_stats::CountedBlock::default();
     super::scan_stats::scan_started(s.base.rs_rd, s.base.rs_flags);
 }
 

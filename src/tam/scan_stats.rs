@@ -8,6 +8,7 @@ use pgrx::pg_sys;
 
 /// The relation's pending counters, if statistics are collected for it
 /// (`pgstat_should_count_relation`).
+#[inline]
 unsafe fn counts(rel: pg_sys::Relation) -> Option<&'static mut pg_sys::PgStat_TableCounts> {
     if (*rel).pgstat_info.is_null() {
         if !(*rel).pgstat_enabled {
@@ -33,12 +34,22 @@ pub unsafe fn scan_started(rel: pg_sys::Relation, flags: u32) {
     }
 }
 
-/// A scan of `flags` returns the row at `rowid`; `last_block` is the scan's
-/// last counted rowid block.
+/// The rowid block a scan counted last: `[lo, hi)` (empty, all zero, before
+/// the first). A row of the same block is told by two compares, without a
+/// division by the block's 291 rowids.
+#[derive(Clone, Copy, Default)]
+pub struct CountedBlock {
+    lo: u64,
+    hi: u64,
+}
+
+/// A scan of `flags` returns the row at `rowid`; `last` is the rowid block
+/// it counted last.
 ///
 /// # Safety
 /// `rel` is an open relation.
-pub unsafe fn row_returned(rel: pg_sys::Relation, flags: u32, rowid: u64, last_block: &mut u64) {
+#[inline]
+pub unsafe fn row_returned(rel: pg_sys::Relation, flags: u32, rowid: u64, last: &mut CountedBlock) {
     use pg_sys::ScanOptions::*;
     let returned = flags & (SO_TYPE_SEQSCAN | SO_TYPE_SAMPLESCAN | SO_TYPE_TIDRANGESCAN) != 0;
     let fetched = flags & SO_TYPE_BITMAPSCAN != 0;
@@ -51,9 +62,9 @@ pub unsafe fn row_returned(rel: pg_sys::Relation, flags: u32, rowid: u64, last_b
     } else {
         c.tuples_fetched += 1;
     }
-    let block = rowid / pasv_am::keys::ROWS_PER_BLOCK + 1;
-    if block != *last_block {
-        *last_block = block;
+    if rowid < last.lo || rowid >= last.hi {
+        let lo = rowid - rowid % pasv_am::keys::ROWS_PER_BLOCK;
+        *last = CountedBlock { lo, hi: lo.saturating_add(pasv_am::keys::ROWS_PER_BLOCK) };
         c.blocks_fetched += 1;
         c.blocks_hit += 1;
     }
