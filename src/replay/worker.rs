@@ -15,6 +15,12 @@
 //!    may need), and flushes the most lagging CFs when the distance passes
 //!    `pasv.max_recovery_lag` (bounded recovery).
 //!
+//! Steps 2 and 3 hold no snapshot: the slot's position is read from shared
+//! memory and its functions are called without a query (`call`). A
+//! snapshot's xmin, held through a decoding of seconds, kept every backend
+//! of the database from pruning (pasv's and heap's) meanwhile. Recovery
+//! (step 1) queries with snapshots: no backend runs before it ends.
+//!
 //! In `naive` mode flags are ignored: the slot moves only past full flushes,
 //! and recovery replays everything retained. In `engine_wal` and `unlogged`
 //! modes there is nothing to replay: the worker drops a leftover slot and ends.
