@@ -484,6 +484,16 @@ pub fn flush_cf(cf: CfRef) -> Result<(), CallError> {
     call(&Request::FlushCf(cf), expect_ok("FlushCf"))
 }
 
+/// Fold the row keys of version 0 beside the table's packs back into them
+/// (`pasv_am::engine::repacking`): VACUUM's frozen copies and the markers
+/// of its removals. Returns the groups re-packed and the keys folded.
+pub fn repack_cf(cf: CfRef) -> Result<(u64, u64), CallError> {
+    call(&Request::RepackCf(cf), |r| match r {
+        Response::Repacked { groups, keys } => Ok((groups, keys)),
+        _ => Err(CallError::Unexpected("RepackCf")),
+    })
+}
+
 pub fn sync_wal() -> Result<(), CallError> {
     call(&Request::SyncWal, expect_ok("SyncWal"))
 }

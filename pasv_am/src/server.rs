@@ -183,6 +183,10 @@ fn execute(
             engine.flush_cf(cf)?;
             Response::Ok
         }
+        Request::RepackCf(cf) => {
+            let done = engine.repack_cf(cf)?;
+            Response::Repacked { groups: done.groups, keys: done.keys }
+        }
         Request::CopyCf { from, to_rel } => {
             engine.copy_cf(from, crate::protocol::CfRef { db: from.db, rel: to_rel })?;
             Response::Ok

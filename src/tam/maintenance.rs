@@ -45,7 +45,15 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
     // indexes, moved-on chain members of one with): they reach disk before
     // relfrozenxid passes them.
     let scans_pruned = super::logs_changes(rel);
-    if report.frozen_versions > 0 || report.removed_versions > 0 || scans_pruned {
+    // The pass's frozen copies and removals' markers of packed rows (and
+    // the markers scans left) are folded back into their packs, before the
+    // flush below writes them out: each was a RocksDB entry that every
+    // scan stepped over, for good (src/ipc/HOT_PATH.md §59).
+    let (groups, keys) = crate::engine_client::repack_cf(cf_of(rel)).unwrap_or_else(|e| e.raise(&doing));
+    if verbose && groups > 0 {
+        pgrx::info!("pasv: re-packed {groups} groups of rows of {}, folding {keys} row keys into their packs", rel_name(rel));
+    }
+    if report.frozen_versions > 0 || report.removed_versions > 0 || scans_pruned || groups > 0 {
         if let Err(e) = crate::engine_client::flush_cf(cf_of(rel)) {
             e.raise(&doing);
         }

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rocksdb::{properties, BoundColumnFamily, WriteBatch};
 
@@ -92,6 +92,9 @@ pub(super) struct TableEntry {
     /// Rows packs hold beyond their keys: entries of the view that
     /// RocksDB's key count misses (an estimate, `packing::FOLDED_ROWS_KEY`).
     pub(super) folded_rows: AtomicU64,
+    /// Held shared by every write of rows, from its read of packs to its
+    /// write, and exclusively by the re-pack of a group (`repacking.rs`).
+    pub(super) packs_stay: RwLock<()>,
     /// Highest PostgreSQL LSN whose effect may be in this CF's memtables
     /// (shared with the flush listener).
     pub(super) max_lsn: Arc<AtomicU64>,
@@ -114,6 +117,7 @@ impl TableEntry {
             floor_raise: Mutex::new(()),
             pack_floor: AtomicU64::new(u64::MAX),
             folded_rows: AtomicU64::new(0),
+            packs_stay: RwLock::new(()),
             max_lsn: Arc::new(AtomicU64::new(0)),
             flag: Mutex::new(FlagState::default()),
             created_lsn,

@@ -13,6 +13,8 @@
 //! * `packing` — new rows written as packs, the count of packed rows, and
 //!   which deletes must hide a packed entry (those of rows a pack holds,
 //!   all at or above the CF's pack floor).
+//! * `repacking` — a packed group's later first versions (VACUUM's frozen
+//!   copies, the markers of removals) folded back into its pack.
 //! * `row_view` — the rows as readers see them, packs opened.
 //! * `scan` — range reads: every entry, or a row's few newest versions.
 //! * `persistence` — flush flags, memtable flushes, the persistence report.
@@ -49,6 +51,7 @@ mod locks;
 mod packing;
 mod persistence;
 mod put_batch;
+mod repacking;
 mod row_view;
 mod rowid_allocation;
 mod scan;
@@ -84,6 +87,7 @@ pub use cf_spares::SPARE_TARGET;
 pub use config::{Durability, EngineConfig};
 pub use error::EngineError;
 pub use persistence::CfPersistence;
+pub use repacking::Repacked;
 
 type Db = DBWithThreadMode<MultiThreaded>;
 

@@ -15,6 +15,7 @@
 //!   RocksDB skip a CF that vanished, and the CF is looked up again after.
 
 use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 
 use super::{packing, Engine, EngineError};
 use crate::keys::{decode_row_key, MAX_ROWID};
@@ -61,6 +62,9 @@ impl Engine {
         if let Some(lowest) = packs.first() {
             self.lower_pack_floor(&entry, lowest.base)?;
         }
+        // From the read of packs to the write: no group is re-packed
+        // meanwhile (repacking.rs).
+        let packs_stay = entry.packs_stay.read().unwrap_or_else(PoisonError::into_inner);
         let pack_floor = entry.pack_floor.load(Ordering::Acquire);
         let hide = if pack_floor == u64::MAX { Vec::new() } else { self.rows_to_hide(&handle, batch, pack_floor, &entry.name)? };
         let folded = packing::folded_rows(&packs);
@@ -69,6 +73,7 @@ impl Engine {
         entry.max_lsn.fetch_max(lsn, Ordering::SeqCst);
         let build = || packing::build_write(&handle, batch, &packs, &hide, folded);
         self.write_batch(build, || format!("write {} entries into {}", batch.len(), entry.name))?;
+        drop(packs_stay);
         // Written, not yet acknowledged: the cache follows (row_cache.rs).
         if let Some(cache) = &self.row_cache {
             update_cache(cache, cf, lsn, batch);

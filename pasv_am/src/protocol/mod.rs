@@ -135,6 +135,7 @@ mod op {
     pub const COPY_DATABASE: u8 = 19;
     pub const TRIM_SIZE: u8 = 20;
     pub const PUT_BATCHES: u8 = 21;
+    pub const REPACK_CF: u8 = 22;
 }
 
 /// Whether a request with op byte `op` writes rows (`PutBatch` or
@@ -167,6 +168,7 @@ pub fn op_name(op: u8) -> Option<&'static str> {
         op::COPY_DATABASE => "copy_database",
         op::TRIM_SIZE => "trim_size",
         op::PUT_BATCHES => "put_batches",
+        op::REPACK_CF => "repack_cf",
         _ => return None,
     })
 }
@@ -178,6 +180,7 @@ mod tag {
     pub const CF_INFO: u8 = 4;
     pub const ERROR: u8 = 5;
     pub const LOCK: u8 = 6;
+    pub const REPACKED: u8 = 7;
 }
 
 /// A table as the backend names it. The engine maps it to the CF of the
@@ -326,6 +329,10 @@ pub enum Request<'a> {
     PutBatches {
         parts: BatchParts<'a>,
     },
+    /// Fold the row keys of version 0 beside the table's packs back into
+    /// them (after VACUUM: its frozen copies, the markers of its removals);
+    /// answered by [`Response::Repacked`].
+    RepackCf(CfRef),
 }
 
 /// The engine's answer.
@@ -363,6 +370,12 @@ pub enum Response<'a> {
         more: bool,
         versions: EntryBatch<'a>,
     },
+    /// Answer to `RepackCf`: the groups whose pack was written anew, and
+    /// the row keys folded into them.
+    Repacked {
+        groups: u64,
+        keys: u64,
+    },
 }
 
 // ---------------------------------------------------------------------------
@@ -396,6 +409,7 @@ pub fn encode_request(request: &Request<'_>, out: &mut [u8]) -> Result<usize, Pr
         Request::CopyCf { from, to_rel } => (op::COPY_CF, from, to_rel),
         Request::CopyDatabase { from, to, .. } => (op::COPY_DATABASE, CfRef { db: from, rel: 0 }, to),
         Request::TrimSize(cf) => (op::TRIM_SIZE, cf, 0),
+        Request::RepackCf(cf) => (op::REPACK_CF, cf, 0),
     };
     if matches!(
         request,
@@ -457,7 +471,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::DROP_DATABASE => (true, false, false),
         op::COPY_DATABASE => (true, false, true),
         op::COMMITTED => (true, false, true),
-        op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF | op::TRIM_SIZE => (true, true, false),
+        op::DROP_CF | op::TRUNCATE_CF | op::CF_INFO | op::FLUSH_CF | op::TRIM_SIZE | op::REPACK_CF => (true, true, false),
         op::CREATE_CF | op::ALLOC_ROWIDS | op::PUT_BATCH | op::SCAN | op::LOCK_ROW | op::PERSISTENCE | op::COPY_CF => (true, true, true),
         op::RELEASE_LOCKS | op::PUT_BATCHES => (false, false, true),
         other => return Err(ProtocolError::UnknownOp(other)),
@@ -501,6 +515,7 @@ pub fn decode_request(buf: &[u8]) -> Result<Request<'_>, ProtocolError> {
         op::SCAN => scan::decode(buf, body, cf, arg)?,
         op::CF_INFO => Request::CfInfo(cf),
         op::TRIM_SIZE => Request::TrimSize(cf),
+        op::REPACK_CF => Request::RepackCf(cf),
         op::LIST_CFS => Request::ListCfs,
         op::LOCK_ROW => locks::decode(body, cf, arg)?,
         op::RELEASE_LOCKS => Request::ReleaseLocks { xid: arg },
@@ -524,6 +539,7 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             Response::CfInfo { .. } => 40,
             Response::Error { message, .. } => message.len(),
             Response::Lock { versions, .. } => versions.encoded_len(),
+            Response::Repacked { .. } => 16,
         };
     if let Response::Error { message, .. } = *response {
         if message.len() > u32::MAX as usize {
@@ -568,6 +584,11 @@ pub fn encode_response(response: &Response<'_>, out: &mut [u8]) -> Result<usize,
             more,
             versions,
         } => locks::encode_lock(out, granted, already_held, holder, more, versions)?,
+        Response::Repacked { groups, keys } => {
+            body[0..8].copy_from_slice(&groups.to_le_bytes());
+            body[8..16].copy_from_slice(&keys.to_le_bytes());
+            out[0] = tag::REPACKED;
+        }
     }
     Ok(needed)
 }
@@ -610,7 +631,7 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
     let body = &buf[RESPONSE_HEADER_LEN..];
     let base = RESPONSE_HEADER_LEN;
     match code {
-        tag::OK | tag::ROWIDS | tag::CF_INFO => check_zero(buf, 1..8, 0)?,
+        tag::OK | tag::ROWIDS | tag::CF_INFO | tag::REPACKED => check_zero(buf, 1..8, 0)?,
         tag::ENTRIES | tag::ERROR => {}
         tag::LOCK => {
             if buf[1] & !locks::lock_flag::ALL != 0 {
@@ -644,6 +665,10 @@ pub fn decode_response(buf: &[u8]) -> Result<Response<'_>, ProtocolError> {
             }
         }
         tag::LOCK => locks::decode_lock(buf, body, base)?,
+        tag::REPACKED => Response::Repacked {
+            groups: read_u64(body, 0, base)?,
+            keys: read_u64(body, 8, base)?,
+        },
         // Only ERROR is left.
         _ => {
             let code = ErrorCode::from_u8(buf[1]).ok_or(ProtocolError::UnknownErrorCode(buf[1]))?;
@@ -759,6 +784,7 @@ mod tests {
             Request::SyncWal,
             Request::CopyCf { from: cf(), to_rel: 99 },
             Request::CopyDatabase { from: 5, to: 6, created_lsn: 0x1234 },
+            Request::RepackCf(cf()),
             Request::AllocRowids {
                 cf: cf(),
                 count: 1000,
@@ -869,6 +895,7 @@ mod tests {
             Response::Rowids {
                 first: u64::MAX - 1,
             },
+            Response::Repacked { groups: 3, keys: u64::MAX },
             Response::Entries {
                 more: true,
                 batch: batch.as_batch(),
