@@ -19,10 +19,12 @@
 //! * A pack's entries are row keys of its group in key order (rowid
 //!   ascending, versions newest first), each at most once; any of the
 //!   group's rows may be missing.
-//! * A pack is written once, with the first versions of its rows, and never
-//!   changed. A row key written later shadows the packed entry with the same
-//!   key (the row key is always the newer); a row key whose value is
-//!   [`HIDDEN`] hides it and is not an entry itself.
+//! * A pack holds first versions (version 0) only. It is written with its
+//!   rows, and written anew only by a re-pack, which folds in the row keys
+//!   of version 0 beside it without changing what the group reads as
+//!   (`engine::repacking`). A row key written later shadows the packed
+//!   entry with the same key (the row key is always the newer); a row key
+//!   whose value is [`HIDDEN`] hides it and is not an entry itself.
 
 use crate::keys::{row_key, ROWID_PREFIX_LEN, ROWS_PER_BLOCK, ROW_KEY_LEN};
 

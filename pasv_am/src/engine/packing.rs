@@ -11,7 +11,9 @@
 //! * A pack holds version 0 of rows of a group no write touched before,
 //!   written by one batch that writes nothing else: the first write of new
 //!   rows (a bulk INSERT or COPY, or its replay). So only the delete of a
-//!   version 0 can meet a packed entry, and no pack overwrites another.
+//!   version 0 can meet a packed entry, and no batch overwrites a pack.
+//!   (A re-pack writes a pack anew, with version 0 entries only:
+//!   `repacking.rs`.)
 //! * The floor is durable, and at or below every pack's group, before any
 //!   pack is written: a crash cannot leave a pack that a delete after
 //!   recovery would miss. A delete of a version 0 at or above the floor
@@ -19,7 +21,9 @@
 //!   hides the packed entry; a RocksDB delete would not reach into the
 //!   pack); the pack is read when the delete is written, and every write
 //!   before it (the pack's own among them: a row is deleted only after it
-//!   was written, and replay keeps commit order) is already applied.
+//!   was written, and replay keeps commit order) is already applied. No
+//!   re-pack runs between that read and the write (the table's
+//!   `packs_stay` lock).
 //! * Packing changes how rows are stored, never what a read returns
 //!   (`row_view`'s rules).
 

@@ -23,7 +23,7 @@
 //! * `error` — error classes, and the ways a message can be malformed.
 //!
 //! The table requests (`CreateCf`, `DropCf`, `DropDatabase`, `TruncateCf`,
-//! `AllocRowids`, `CfInfo`, `TrimSize`, `ListCfs`, the flushes) need at most one u64
+//! `AllocRowids`, `CfInfo`, `TrimSize`, `RepackCf`, `ListCfs`, the flushes) need at most one u64
 //! after the header and are encoded here.
 //!
 //! Invariants: a message decodes to exactly what was encoded, or to an
@@ -41,7 +41,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | op ([`Request`] variant, 1..=21 in declaration order) |
+//! | 0 | op ([`Request`] variant, 1..=22 in declaration order) |
 //! | 1..4 | zero |
 //! | 4..8 | db (u32), zero unless the request names a CF or a database |
 //! | 8..12 | rel (u32), zero unless the request names a CF |
@@ -55,13 +55,14 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | tag ([`Response`] variant, 1..=6 in declaration order) |
+//! | 0 | tag ([`Response`] variant, 1..=7 in declaration order) |
 //! | 1 | `more` (0/1) of `Entries`, the [`ErrorCode`] of `Error`, flags of `Lock` (bit 0 `granted`, bit 1 `already_held`, bit 2 `more`, others zero), else zero |
 //! | 2..4 | zero |
 //! | 4..8 | entry count of `Entries` and of a granted `Lock`, message length of `Error`, `holder` of a refused `Lock`, else zero |
 //!
 //! then `Rowids`: first (u64); `Entries` and a granted `Lock`: the entries; `CfInfo`: next_rowid,
-//! approx_keys, approx_bytes, entries, size_end (u64 each); `Error`: the UTF-8 message.
+//! approx_keys, approx_bytes, entries, size_end (u64 each); `Repacked`: groups, keys (u64 each);
+//! `Error`: the UTF-8 message.
 //!
 //! # Alignment invariant
 //!
