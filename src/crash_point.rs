@@ -42,13 +42,15 @@ pub enum Point {
     VacuumBatchWritten,
     /// VACUUM: rows removed, index entries not yet.
     VacuumBetweenPasses,
+    /// VACUUM: its re-packs written and flushed, VACUUM not committed.
+    VacuumRepacked,
     /// VACUUM: relfrozenxid moved (in place, durable), VACUUM not committed.
     VacuumAfterRelfrozenxid,
     /// The replay worker is about to advance its slot.
     SlotAdvance,
 }
 
-pub const COUNT: usize = 13;
+pub const COUNT: usize = 14;
 
 const ALL: [Point; COUNT] = [
     Point::AfterLogBeforeWrite,
@@ -62,6 +64,7 @@ const ALL: [Point; COUNT] = [
     Point::DropTable,
     Point::VacuumBatchWritten,
     Point::VacuumBetweenPasses,
+    Point::VacuumRepacked,
     Point::VacuumAfterRelfrozenxid,
     Point::SlotAdvance,
 ];
@@ -80,6 +83,7 @@ impl Point {
             Point::DropTable => "drop_table",
             Point::VacuumBatchWritten => "vacuum_batch_written",
             Point::VacuumBetweenPasses => "vacuum_between_passes",
+            Point::VacuumRepacked => "vacuum_repacked",
             Point::VacuumAfterRelfrozenxid => "vacuum_after_relfrozenxid",
             Point::SlotAdvance => "slot_advance",
         }

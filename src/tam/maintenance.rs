@@ -58,6 +58,7 @@ pub unsafe extern "C-unwind" fn relation_vacuum(
             e.raise(&doing);
         }
     }
+    crate::crash_point::reach(crate::crash_point::Point::VacuumRepacked);
     let blocks = truncate(rel, params, &report);
     let blocks = blocks.min(u64::from(u32::MAX - 1)) as pg_sys::BlockNumber;
     // The share of all-visible rows, in the same (rowid block) unit as the

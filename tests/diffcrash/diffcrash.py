@@ -135,7 +135,7 @@ TIME_KINDS = ("immediate", "kill-engine", "kill-backend", "kill-postmaster",
               "recovery-kill", "recovery-fast-stop", "recovery-file-point")
 CRASH_POINTS = ("after_log_before_write", "after_write_before_commit", "after_commit_before_flag",
                 "flag_flush", "flush_begin_wal", "replay_midway", "create_table", "truncate",
-                "drop_table", "vacuum_between_passes", "slot_advance")
+                "drop_table", "vacuum_between_passes", "vacuum_repacked", "slot_advance")
 # Run by the scheduler when the load has not reached an armed crash point
 # within 6 s: creates, truncates, vacuums and drops a pasv table that is no
 # pair, and flushes the memtables.
