@@ -67,7 +67,8 @@ SELECT pasv.table_versions('v'::regclass);
 CALL pg_temp.wait_for_horizon();
 VACUUM v;
 SELECT pasv.table_versions('v'::regclass);
--- VACUUM FREEZE freezes every version and advances relfrozenxid.
+-- VACUUM FREEZE freezes every version and advances relfrozenxid; the frozen
+-- copies of packed rows are folded back into their packs (the re-pack line).
 SELECT age(relfrozenxid) > 0 AS has_age FROM pg_class WHERE relname = 'v';
 CALL pg_temp.wait_for_horizon();
 VACUUM (FREEZE, VERBOSE, PROCESS_TOAST false) v;
