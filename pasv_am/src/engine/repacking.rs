@@ -208,7 +208,7 @@ fn merge(base: u64, pack: &Pack<'_>, changes: &[(u64, [u8; ROW_KEY_LEN], Option<
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{config, scan_all, value, xorshift, Rows, TempDir, T};
+    use super::super::test_support::{assert_same, config, scan_all, value, xorshift, Rows, TempDir, T};
     use super::*;
     use crate::keys::{row_key, MAX_ROWID};
     use crate::protocol::BatchBuilder;
@@ -232,14 +232,6 @@ mod tests {
     fn all(engine: &Engine) -> Rows {
         let (lo, hi) = row_range(0, MAX_ROWID);
         scan_all(engine, T, &lo, &hi, 4096, 0).0
-    }
-
-    /// Equal reads, or a panic naming the first entry where they part.
-    fn assert_same(a: &Rows, b: &Rows, what: &str) {
-        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
-            let at = |rows: &Rows| rows.get(i).map(|(k, v)| (decode_row_key(k), v.len()));
-            panic!("{what}: entry {i} of {}/{}: {:?} against {:?}", a.len(), b.len(), at(a), at(b));
-        }
     }
 
     /// Every row read alone, its newest versions first, as a fetch by TID

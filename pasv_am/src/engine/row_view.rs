@@ -266,7 +266,7 @@ impl<'a> RowView<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{config, value, xorshift, Rows, TempDir, T};
+    use super::super::test_support::{assert_same, config, value, xorshift, Rows, TempDir, T};
     use super::super::Engine;
     use crate::keys::{row_key, row_range, MAX_ROWID};
     use crate::protocol::{decode_response, BatchBuilder, Response, ScanWriter};
@@ -296,14 +296,6 @@ mod tests {
             next_start = [last.as_slice(), &[0]].concat();
         }
         panic!("a read did not end");
-    }
-
-    /// Equal reads, or a panic naming the first entry where they part.
-    fn assert_same(packed: &Rows, plain: &Rows, what: &str) {
-        let keys = |rows: &Rows, i: usize| rows.get(i).map(|(k, v)| (crate::keys::decode_row_key(k), v.len()));
-        if let Some(i) = (0..packed.len().max(plain.len())).find(|&i| packed.get(i) != plain.get(i)) {
-            panic!("{what}: entry {i} of {}/{}: packed {:?}, plain {:?}", packed.len(), plain.len(), keys(packed, i), keys(plain, i));
-        }
     }
 
     fn packs_in(engine: &Engine) -> usize {

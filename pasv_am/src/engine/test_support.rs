@@ -144,6 +144,15 @@ pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
     }
 }
 
+/// Equal reads (the first from a packing engine, the second from one that
+/// does not), or a panic naming the first entry where they part.
+pub fn assert_same(packed: &Rows, plain: &Rows, what: &str) {
+    let at = |rows: &Rows, i: usize| rows.get(i).map(|(k, v)| (decode_row_key(k), v.len()));
+    if let Some(i) = (0..packed.len().max(plain.len())).find(|&i| packed.get(i) != plain.get(i)) {
+        panic!("{what}: entry {i} of {}/{}: packed {:?}, plain {:?}", packed.len(), plain.len(), at(packed, i), at(plain, i));
+    }
+}
+
 /// A row cache of `sets` sets on the heap. The Vec (u64s keep it 8-aligned)
 /// holds the cache's memory: keep it as long as the cache is used.
 pub fn heap_row_cache(sets: usize) -> (Vec<u64>, crate::row_cache::RowCache) {
