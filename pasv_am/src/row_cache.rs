@@ -309,10 +309,21 @@ impl RowCache {
     /// before), while a range read walks adjacent memory, whose page-table
     /// entries share cache lines (a lookup was bound by the TLB miss of its
     /// first touch: `src/ipc/HOT_PATH.md` §30).
+    /// The run's first set is the hash scaled to the set count
+    /// (multiply-shift) and the wrap a subtraction: every lookup places two
+    /// or three rows, and the two `%` by the set count it took before were
+    /// integer divisions.
     fn place(&self, cf: CfRef, rowid: u64) -> (usize, u16) {
         let sets = self.sets as u64;
         let run = crate::keys::row_hash(cf.db, cf.rel, rowid / RUN);
-        let index = (run % sets + rowid % RUN) % sets;
+        let first = ((u128::from(run) * u128::from(sets)) >> 64) as u64;
+        let mut index = first + rowid % RUN;
+        if index >= sets {
+            index -= sets;
+            if index >= sets {
+                index %= sets; // fewer sets than a run's rows (small caches)
+            }
+        }
         (index as usize, tag_of(crate::keys::row_hash(cf.db, cf.rel, rowid)))
     }
 
@@ -873,8 +884,42 @@ thread_local! {
 }
 
 /// The ways of `set` whose tag is `tag`, as bits of a mask (way `w` at bit
-/// `w`): four tags compared per word load.
+/// `w`). Every lookup and prefetch of a row asks it, so it compares sixteen
+/// tags at once: the lane-by-lane loop of [`ways_tagged_portable`] was about
+/// half of `lookup_answer` and `prefetch_after` in a range sum whose rows
+/// were all in the CPU's caches (HOT_PATH.md §60).
+#[cfg(target_arch = "x86_64")]
 fn ways_tagged(set: &Set, tag: u16) -> u64 {
+    use std::arch::x86_64::{_mm_cmpeq_epi16, _mm_movemask_epi8, _mm_packs_epi16, _mm_set1_epi16, _mm_set_epi64x};
+    let mut mask = 0u64;
+    // Four tag words are sixteen ways. Each word is read by an atomic load
+    // (a writer may store it meanwhile: a tag is a hint, the head decides);
+    // the vector work is on registers only.
+    for (i, words) in set.tags.chunks_exact(4).enumerate() {
+        let w = |j: usize| words[j].load(Ordering::Relaxed) as i64;
+        // SAFETY: SSE2 is part of the x86_64 baseline, and these intrinsics
+        // touch no memory. `packs` turns each 16-bit lane's all-ones or zero
+        // into one byte of the same sign, in way order (the low word's four
+        // lanes first), and `movemask` takes one bit per byte.
+        let bits = unsafe {
+            let pattern = _mm_set1_epi16(tag as i16);
+            let low = _mm_cmpeq_epi16(_mm_set_epi64x(w(1), w(0)), pattern);
+            let high = _mm_cmpeq_epi16(_mm_set_epi64x(w(3), w(2)), pattern);
+            _mm_movemask_epi8(_mm_packs_epi16(low, high))
+        };
+        mask |= u64::from(bits as u16) << (16 * i);
+    }
+    mask
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn ways_tagged(set: &Set, tag: u16) -> u64 {
+    ways_tagged_portable(set, tag)
+}
+
+/// [`ways_tagged`] one word at a time: four tags compared per word load.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn ways_tagged_portable(set: &Set, tag: u16) -> u64 {
     const LANE_LOW: u64 = 0x0001_0001_0001_0001;
     const LANE_HIGH: u64 = 0x8000_8000_8000_8000;
     let pattern = u64::from(tag) * LANE_LOW;
@@ -883,11 +928,9 @@ fn ways_tagged(set: &Set, tag: u16) -> u64 {
         let x = word.load(Ordering::Relaxed) ^ pattern;
         // The high bit of each lane of x that is zero, and of no other.
         let zero = !(((x & !LANE_HIGH) + !LANE_HIGH) | x) & LANE_HIGH;
-        for lane in 0..4 {
-            if zero >> (16 * lane + 15) & 1 != 0 {
-                mask |= 1 << (4 * i + lane);
-            }
-        }
+        // Lane l's bit (at 16 l + 15) becomes bit l.
+        let lanes = (zero >> 15 & 1) | (zero >> 30 & 2) | (zero >> 45 & 4) | (zero >> 60 & 8);
+        mask |= lanes << (4 * i);
     }
     mask
 }
@@ -1570,6 +1613,7 @@ mod tests {
             let probe = [1u16, 3, 0x8001, 0xFFFF, 0x7FFF][step % 5];
             let want = plain.iter().enumerate().filter(|(_, &t)| t == probe).fold(0u64, |m, (w, _)| m | 1 << w);
             assert_eq!(ways_tagged(set, probe), want, "tag {probe:#x} at step {step}");
+            assert_eq!(ways_tagged_portable(set, probe), want, "portable, tag {probe:#x} at step {step}");
         }
     }
 
