@@ -309,6 +309,7 @@ impl RowCache {
     /// before), while a range read walks adjacent memory, whose page-table
     /// entries share cache lines (a lookup was bound by the TLB miss of its
     /// first touch: `src/ipc/HOT_PATH.md` §30).
+    ///
     /// The run's first set is the hash scaled to the set count
     /// (multiply-shift) and the wrap a subtraction: every lookup places two
     /// or three rows, and the two `%` by the set count it took before were
