@@ -291,12 +291,12 @@ section_modes() {
   say "durability modes on TPC-B (pasv tables), 2 clients, $MODE_ROUNDS round(s) of $MODE_T s: pasv against naive and engine_wal"
   local sync mode r i order
   local modes=(naive engine_wal pasv)
-  declare -A M
+  declare -A M C
   bench_restart_with "pasv.durability = pasv"
   bench_tpcb_db "tpcb_mode" pasv "$SCALE" >/dev/null
   bench_psql -d tpcb_mode -c "SELECT pasv.flush()" >/dev/null
   for sync in on off; do
-    for mode in "${modes[@]}"; do M[$sync.$mode]=0; done
+    for mode in "${modes[@]}"; do M[$sync.$mode]=0; C[$sync.$mode]=0; done
     for r in $(seq 1 "$MODE_ROUNDS"); do
       order=()
       for i in 0 1 2; do order+=("${modes[$(((i + r - 1) % 3))]}"); done
@@ -305,6 +305,7 @@ section_modes() {
         case $mode in pasv | naive) bench_wait_slot tpcb_mode ;; esac
         run_pgbench "sync $sync $mode #$r (pasv tables)" tpcb_mode 2 "$MODE_T"
         M[$sync.$mode]=$(awk -v a="${M[$sync.$mode]}" -v b="$TPS" 'BEGIN { print a + b }')
+        C[$sync.$mode]=$(awk -v a="${C[$sync.$mode]}" -v b="$CPUT" 'BEGIN { print a + b * 1e6 }')
       done
     done
     printf '  => synchronous_commit %s: mean tps naive %.0f engine_wal %.0f pasv %.0f; pasv/naive %s  pasv/engine_wal %s (targets >= 1.0, >= 1.1)\n' "$sync" \
@@ -312,6 +313,13 @@ section_modes() {
       "$(awk -v a="${M[$sync.engine_wal]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
       "$(awk -v a="${M[$sync.pasv]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
       "$(ratio "${M[$sync.pasv]}" "${M[$sync.naive]}")" "$(ratio "${M[$sync.pasv]}" "${M[$sync.engine_wal]}")"
+    # CPU a transaction (all processes) moves less with the VM's phase than
+    # throughput does: the work each mode does, beside what it achieved.
+    printf '     CPU per transaction: naive %.0f engine_wal %.0f pasv %.0f us; naive/pasv %s  engine_wal/pasv %s (1.0: the same work)\n' \
+      "$(awk -v a="${C[$sync.naive]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
+      "$(awk -v a="${C[$sync.engine_wal]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
+      "$(awk -v a="${C[$sync.pasv]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
+      "$(ratio "${C[$sync.naive]}" "${C[$sync.pasv]}")" "$(ratio "${C[$sync.engine_wal]}" "${C[$sync.pasv]}")"
   done
   bench_psql -c "DROP DATABASE IF EXISTS tpcb_mode" >/dev/null
   bench_restart_with "pasv.durability = pasv" "synchronous_commit = on"
