@@ -52,6 +52,7 @@ SCALE=10
 
 pgb() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/pgbench" -h "$PASV_RUN" -p "$PASV_BENCH_PORT" -U postgres "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
+plus() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
 median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : sprintf("%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2)) }'; }
 # speed_probe: milliseconds a fixed CPU-bound loop takes. Printed at the
 # start and the end of a run: this kind of VM's CPU speed was seen to move
@@ -292,6 +293,8 @@ section_modes() {
   local sync mode r i order
   local modes=(naive engine_wal pasv)
   declare -A M C
+  # per_round SUM [SCALE]: a sum over the rounds as a mean, scaled.
+  per_round() { awk -v a="$1" -v n="$MODE_ROUNDS" -v s="${2:-1}" 'BEGIN { print a * s / n }'; }
   bench_restart_with "pasv.durability = pasv"
   bench_tpcb_db "tpcb_mode" pasv "$SCALE" >/dev/null
   bench_psql -d tpcb_mode -c "SELECT pasv.flush()" >/dev/null
@@ -304,21 +307,17 @@ section_modes() {
         bench_restart_with "pasv.durability = $mode" "synchronous_commit = $sync"
         case $mode in pasv | naive) bench_wait_slot tpcb_mode ;; esac
         run_pgbench "sync $sync $mode #$r (pasv tables)" tpcb_mode 2 "$MODE_T"
-        M[$sync.$mode]=$(awk -v a="${M[$sync.$mode]}" -v b="$TPS" 'BEGIN { print a + b }')
-        C[$sync.$mode]=$(awk -v a="${C[$sync.$mode]}" -v b="$CPUT" 'BEGIN { print a + b * 1e6 }')
+        M[$sync.$mode]=$(plus "${M[$sync.$mode]}" "$TPS")
+        C[$sync.$mode]=$(plus "${C[$sync.$mode]}" "$CPUT")
       done
     done
     printf '  => synchronous_commit %s: mean tps naive %.0f engine_wal %.0f pasv %.0f; pasv/naive %s  pasv/engine_wal %s (targets >= 1.0, >= 1.1)\n' "$sync" \
-      "$(awk -v a="${M[$sync.naive]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
-      "$(awk -v a="${M[$sync.engine_wal]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
-      "$(awk -v a="${M[$sync.pasv]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
+      "$(per_round "${M[$sync.naive]}")" "$(per_round "${M[$sync.engine_wal]}")" "$(per_round "${M[$sync.pasv]}")" \
       "$(ratio "${M[$sync.pasv]}" "${M[$sync.naive]}")" "$(ratio "${M[$sync.pasv]}" "${M[$sync.engine_wal]}")"
     # CPU a transaction (all processes) moves less with the VM's phase than
     # throughput does: the work each mode does, beside what it achieved.
     printf '     CPU per transaction: naive %.0f engine_wal %.0f pasv %.0f us; naive/pasv %s  engine_wal/pasv %s (1.0: the same work)\n' \
-      "$(awk -v a="${C[$sync.naive]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
-      "$(awk -v a="${C[$sync.engine_wal]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
-      "$(awk -v a="${C[$sync.pasv]}" -v n="$MODE_ROUNDS" 'BEGIN { print a / n }')" \
+      "$(per_round "${C[$sync.naive]}" 1e6)" "$(per_round "${C[$sync.engine_wal]}" 1e6)" "$(per_round "${C[$sync.pasv]}" 1e6)" \
       "$(ratio "${C[$sync.naive]}" "${C[$sync.pasv]}")" "$(ratio "${C[$sync.engine_wal]}" "${C[$sync.pasv]}")"
   done
   bench_psql -c "DROP DATABASE IF EXISTS tpcb_mode" >/dev/null

@@ -311,20 +311,15 @@ impl RowCache {
     /// first touch: `src/ipc/HOT_PATH.md` §30).
     ///
     /// The run's first set is the hash scaled to the set count
-    /// (multiply-shift) and the wrap a subtraction: every lookup places two
-    /// or three rows, and the two `%` by the set count it took before were
-    /// integer divisions.
+    /// (multiply-shift), and only a run that passes the last set divides:
+    /// every lookup places two or three rows, and the two `%` by the set
+    /// count it took before were integer divisions.
     fn place(&self, cf: CfRef, rowid: u64) -> (usize, u16) {
         let sets = self.sets as u64;
         let run = crate::keys::row_hash(cf.db, cf.rel, rowid / RUN);
         let first = ((u128::from(run) * u128::from(sets)) >> 64) as u64;
-        let mut index = first + rowid % RUN;
-        if index >= sets {
-            index -= sets;
-            if index >= sets {
-                index %= sets; // fewer sets than a run's rows (small caches)
-            }
-        }
+        let index = first + rowid % RUN;
+        let index = if index < sets { index } else { index % sets };
         (index as usize, tag_of(crate::keys::row_hash(cf.db, cf.rel, rowid)))
     }
 
