@@ -9,9 +9,12 @@
 //! The design and its measurements are in `src/ipc/HOT_PATH.md`.
 //!
 //! Layout (one region, placed in PostgreSQL shared memory by the extension,
-//! or on the heap in tests): a header, then `sets` sets. A row hashes to one
-//! set; a set has [`WAYS`] ways of [`WAY_BYTES`] bytes, and an answer
-//! occupies a run of consecutive ways whose first way's head describes it.
+//! or on the heap in tests): a header, then `sets` sets. A row has two
+//! candidate sets: its home, which the [`GROUP`] rows of its group share (so
+//! a range's answers lie in a few pages), and a spill set for when the home
+//! has no room ([`RowCache::places`]); a set has [`WAYS`] ways of
+//! [`WAY_BYTES`] bytes, and an answer occupies a run of consecutive ways
+//! whose first way's head describes it.
 //!
 //! Replacement (CLOCK): a lookup that returns an answer sets its head's
 //! reference bit (once; the only word a reader writes). An answer a read
@@ -33,9 +36,11 @@
 //!   committed, which drains first, or it is the writer, which waits for
 //!   its posted writes first) therefore finds the new answer or none.
 //! * A fill (caching the answer of a read that missed) takes a ticket (the
-//!   set's version) before reading RocksDB and installs only if the version
-//!   is unchanged: every write into a set raises its version, so an answer
-//!   read before a write is never installed after it.
+//!   versions of the row's two sets) before reading RocksDB and installs
+//!   into a set only if that set's version is unchanged: every write raises
+//!   the versions of both of its row's sets, so an answer read before a
+//!   write is never installed after it, in either set. A row may be cached
+//!   in both sets (two fills); every write changes both copies.
 //! * Truncating or copying a CF, and creating one for a relfilenumber a
 //!   dropped CF used, raise the cache's generation (after the change); an
 //!   answer of an older generation is never returned. A relfilenumber
@@ -75,8 +80,10 @@ pub const MAX_WINDOW_ROWS: u64 = 64;
 /// a 1 M-row table that fits did not, and each such row cost a round trip
 /// per read).
 pub const WAYS: usize = 64;
-/// Consecutive rowids placed in consecutive sets ([`RowCache::place`]).
+/// Consecutive rowids placed together ([`RowCache::places`]).
 const RUN: u64 = 64;
+/// Consecutive rowids that share a home set ([`RowCache::places`]).
+const GROUP: u64 = 8;
 /// Free ways a set needs for a miss to warm its run
 /// ([`RowCache::run_to_warm`]).
 const WARM_ROOM: usize = 8;
@@ -160,6 +167,9 @@ enum Placement {
     Unreferenced,
     /// Anywhere: the hand gives each referenced answer a second chance.
     Any,
+    /// Free ways only (or those of answers a sweep finds stale): a row's
+    /// first choice between its two sets evicts nothing.
+    Free,
 }
 
 fn pack_meta(generation: u64, len: usize, ways: usize, complete: bool, referenced: bool) -> u64 {
@@ -254,10 +264,28 @@ unsafe impl Sync for RowCache {}
 /// What a fill needs to install its answer (see the module invariants).
 #[derive(Clone, Copy, Debug)]
 pub struct Ticket {
-    set: usize,
     tag: u16,
-    version: u64,
     generation: u64,
+    /// Per candidate set (home, then spill): its index and version, `None`
+    /// while a write held it.
+    sets: [Option<(usize, u64)>; 2],
+}
+
+/// Where a row's answer may be: its home set (shared with the rows of its
+/// group), else its spill set, and its tag in either.
+#[derive(Clone, Copy)]
+struct Places {
+    home: usize,
+    spill: usize,
+    tag: u16,
+}
+
+impl Places {
+    /// The candidate sets, home first, each once.
+    fn sets(&self) -> impl Iterator<Item = usize> {
+        let spill = (self.spill != self.home).then_some(self.spill);
+        std::iter::once(self.home).chain(spill)
+    }
 }
 
 /// One row's operation from a write: a put of `value` at `key`, or a delete.
@@ -302,25 +330,38 @@ impl RowCache {
         unsafe { &*(self.base.add(std::mem::size_of::<Header>() + index * std::mem::size_of::<Set>()) as *const Set) }
     }
 
-    /// The set of row `rowid` of `cf`, and its tag in that set.
-    /// A run of [`RUN`] consecutive rowids goes to consecutive sets from
-    /// a set the run's hash picks: a set still receives rows of as many
-    /// runs as it would receive rows at random (so sets fill as evenly as
-    /// before), while a range read walks adjacent memory, whose page-table
-    /// entries share cache lines (a lookup was bound by the TLB miss of its
-    /// first touch: `src/ipc/HOT_PATH.md` §30).
+    /// The two sets row `rowid` of `cf` may be cached in, and its tag.
     ///
-    /// The run's first set is the hash scaled to the set count
-    /// (multiply-shift), and only a run that passes the last set divides:
-    /// every lookup places two or three rows, and the two `%` by the set
-    /// count it took before were integer divisions.
-    fn place(&self, cf: CfRef, rowid: u64) -> (usize, u16) {
-        let sets = self.sets as u64;
+    /// Home: the [`GROUP`] consecutive rowids of a group share one set, the
+    /// groups of a run of [`RUN`] rowids adjacent sets from one the run's
+    /// hash picks. A range read then finds a group's answers in one set's
+    /// few pages: with a set of its own per row, every row of a range was
+    /// a TLB miss or two on its first touch, a third of the gap between a
+    /// 100-row range sum and heap's (HOT_PATH.md §61).
+    /// Spill: the rows of a run in consecutive sets from one a second hash
+    /// of the run picks, a row a set, as every row was placed before.
+    /// Groups make sets fill unevenly (a set's groups are about
+    /// Poisson-distributed: at half occupancy a tenth of the sets could
+    /// not hold theirs, and the rows they pushed out were round trips),
+    /// so an answer goes home while its home has room and to its spill
+    /// set otherwise; readers look in both, writers change both.
+    ///
+    /// A run's first set is its hash scaled to the set count
+    /// (multiply-shift), and only a run that passes the last set divides.
+    fn places(&self, cf: CfRef, rowid: u64) -> Places {
         let run = crate::keys::row_hash(cf.db, cf.rel, rowid / RUN);
-        let first = ((u128::from(run) * u128::from(sets)) >> 64) as u64;
-        let index = first + rowid % RUN;
-        let index = if index < sets { index } else { index % sets };
-        (index as usize, tag_of(crate::keys::row_hash(cf.db, cf.rel, rowid)))
+        Places {
+            home: self.run_set(run, rowid % RUN / GROUP),
+            spill: self.run_set(run.rotate_left(32), rowid % RUN),
+            tag: tag_of(crate::keys::row_hash(cf.db, cf.rel, rowid)),
+        }
+    }
+
+    /// Set `offset` of a run whose hash is `hash`.
+    fn run_set(&self, hash: u64, offset: u64) -> usize {
+        let sets = self.sets as u64;
+        let index = ((u128::from(hash) * u128::from(sets)) >> 64) as u64 + offset;
+        (if index < sets { index } else { index % sets }) as usize
     }
 
     /// Counts a lookup's outcome.
@@ -425,9 +466,9 @@ impl RowCache {
     /// 17 % of all CPU in `lookup_answer`, nearly all of it on those three
     /// loads). Prefetches never fault and change nothing.
     pub fn prefetch_after(&self, cf: CfRef, rowid: u64) {
-        let (next, tag) = self.place(cf, rowid.wrapping_add(1));
-        let set = self.set(next);
-        for way in ways_in(ways_tagged(set, tag)) {
+        let next = self.places(cf, rowid.wrapping_add(1));
+        let set = self.set(next.home);
+        for way in ways_in(ways_tagged(set, next.tag)) {
             prefetch_line(&set.heads[way]);
             // Most answers take one or two ways of two lines each.
             for line in 0..4 {
@@ -436,8 +477,7 @@ impl RowCache {
                 }
             }
         }
-        let (after, _) = self.place(cf, rowid.wrapping_add(2));
-        let tags = &self.set(after).tags;
+        let tags = &self.set(self.places(cf, rowid.wrapping_add(2)).home).tags;
         prefetch_line(&tags[0]);
         prefetch_line(&tags[tags.len() - 1]);
     }
@@ -453,8 +493,7 @@ impl RowCache {
     /// Prefetches never fault and change nothing; the unlocked read of the
     /// ways in use is a hint only.
     pub fn prefetch_store(&self, cf: CfRef, rowid: u64, near: bool) {
-        let (index, _) = self.place(cf, rowid);
-        let set = self.set(index);
+        let set = self.set(self.places(cf, rowid).home);
         if !near {
             prefetch_line(&set.lock);
             prefetch_line(&set.tags[0]);
@@ -474,8 +513,12 @@ impl RowCache {
     /// [`RowCache::lookup`], with whether the answer holds every version.
     fn lookup_answer(&self, cf: CfRef, rowid: u64, out: &mut [u8]) -> Option<(usize, bool)> {
         let generation = self.header().generation.load(Ordering::Acquire) as u32;
-        let (index, tag) = self.place(cf, rowid);
-        let set = self.set(index);
+        let places = self.places(cf, rowid);
+        places.sets().find_map(|index| self.lookup_in(self.set(index), cf, rowid, places.tag, generation, out))
+    }
+
+    /// [`RowCache::lookup_answer`] in one of the row's sets.
+    fn lookup_in(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, generation: u32, out: &mut [u8]) -> Option<(usize, bool)> {
         let cf_word = cf_word(cf);
         for way in ways_in(ways_tagged(set, tag)) {
             let head = &set.heads[way];
@@ -516,10 +559,14 @@ impl RowCache {
     /// read: the ticket its answer is installed with. `None` while a write
     /// holds the set (the read may overlap it; nothing is cached).
     pub fn ticket(&self, cf: CfRef, rowid: u64) -> Option<Ticket> {
-        let (index, tag) = self.place(cf, rowid);
+        let places = self.places(cf, rowid);
         let generation = self.header().generation.load(Ordering::SeqCst);
-        let version = self.set(index).lock.load(Ordering::SeqCst);
-        (version & 1 == 0).then_some(Ticket { set: index, tag, version, generation })
+        let mut sets = [None; 2];
+        for (slot, index) in sets.iter_mut().zip(places.sets()) {
+            let version = self.set(index).lock.load(Ordering::SeqCst);
+            *slot = (version & 1 == 0).then_some((index, version));
+        }
+        sets.iter().any(Option::is_some).then_some(Ticket { tag: places.tag, generation, sets })
     }
 
     /// Installs `answer` (an encoded `Entries` response to a read of the
@@ -537,23 +584,36 @@ impl RowCache {
         if answer.len() > MAX_ANSWER || entries.is_empty() {
             return; // no versions: see the module's invariants
         }
-        let set = self.set(ticket.set);
         if self.header().generation.load(Ordering::SeqCst) != ticket.generation {
             return; // a CF changed under the read: the answer may be stale
         }
-        if set
-            .lock
-            .compare_exchange(ticket.version, ticket.version | 1, Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
+        let cached = |&(index, _): &(usize, u64)| self.find(self.set(index), cf, rowid, ticket.tag, ticket.generation as u32).is_some();
+        if ticket.sets.iter().flatten().any(cached) {
+            return; // a hint (unlocked); checked again under each set's lock
         }
-        if self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_none() {
-            let asked = placement == Placement::Any;
-            self.store_in(set, cf, rowid, ticket.tag, ticket.generation, answer, complete, placement, asked);
-            self.header().counters.add(FILLS, 1);
+        let asked = placement == Placement::Any;
+        // Free ways at home, else free ways in the spill set, else home as
+        // `placement` allows: two choices keep evictions rare where one
+        // set alone would overflow. Each set is checked against its own
+        // version: a write changes both of the row's sets, so one that came
+        // after the ticket fails the check of whichever set the answer
+        // would go to. (Held in a set of the ticket's, an answer a write
+        // later meets there is merged as any cached answer.)
+        let candidates = ticket.sets.iter().flatten();
+        let attempts = candidates.clone().map(|&c| (c, Placement::Free)).chain(candidates.take(1).map(|&c| (c, placement)));
+        for ((index, version), here) in attempts {
+            let set = self.set(index);
+            if set.lock.compare_exchange(version, version | 1, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            let done = self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_some()
+                || self.store_in(set, cf, rowid, ticket.tag, ticket.generation, answer, complete, here, asked);
+            set.lock.store(version, Ordering::SeqCst);
+            if done {
+                self.header().counters.add(FILLS, 1);
+                return;
+            }
         }
-        set.lock.store(ticket.version, Ordering::SeqCst);
     }
 
     /// After a one-row read of row `rowid` of `cf` missed the cache: the
@@ -573,10 +633,12 @@ impl RowCache {
         let lo = rowid - rowid % RUN;
         let hi = lo.checked_add(RUN)?;
         let probe = if rowid + 1 < hi { rowid + 1 } else { lo };
-        let (index, _) = self.place(cf, probe);
-        let set = self.set(index);
-        let used = set.occupied.load(Ordering::Relaxed).count_ones() as usize;
-        (used + WARM_ROOM <= WAYS || unreferenced_ways(set, WARM_ROOM) >= WARM_ROOM).then_some((lo, hi))
+        let room = |index: usize| {
+            let set = self.set(index);
+            let used = set.occupied.load(Ordering::Relaxed).count_ones() as usize;
+            used + WARM_ROOM <= WAYS || unreferenced_ways(set, WARM_ROOM) >= WARM_ROOM
+        };
+        self.places(cf, probe).sets().any(room).then_some((lo, hi))
     }
 
     /// Before a window read of rows `[lo, hi)` of `cf` (at most
@@ -642,8 +704,23 @@ impl RowCache {
     }
 
     fn write_in(&self, cf: CfRef, rowid: u64, ops: &[RowOp<'_>], fresh: bool, keep_reference: bool) {
-        let (index, tag) = self.place(cf, rowid);
-        let set = self.set(index);
+        // Both sets, home first, each under its lock: an answer may be in
+        // either (or, filled twice, in both), and a fill with a ticket from
+        // before this write must fail in either (the module's invariants).
+        let places = self.places(cf, rowid);
+        // A new row goes where there is room, home first; with none in
+        // either, home (evicting).
+        let home_room = self.has_room(self.set(places.home));
+        let to = if !fresh || home_room || !self.has_room(self.set(places.spill)) { places.home } else { places.spill };
+        for index in places.sets() {
+            self.write_in_set(self.set(index), cf, rowid, places.tag, ops, fresh && index == to, keep_reference);
+        }
+    }
+
+    /// [`RowCache::write_in`] in one of the row's sets (`fresh`: the new
+    /// row's answer goes here).
+    #[allow(clippy::too_many_arguments)]
+    fn write_in_set(&self, set: &Set, cf: CfRef, rowid: u64, tag: u16, ops: &[RowOp<'_>], fresh: bool, keep_reference: bool) {
         let version = lock(set);
         let generation = self.header().generation.load(Ordering::SeqCst);
         SCRATCH.with(|scratch| {
@@ -676,6 +753,12 @@ impl RowCache {
         set.lock.store(version + 2, Ordering::SeqCst);
     }
 
+    /// Whether `set` has a free run of ways for a small answer (a hint:
+    /// unlocked).
+    fn has_room(&self, set: &Set) -> bool {
+        free_run(set.occupied.load(Ordering::Relaxed), 2).is_some()
+    }
+
     /// A new row's only version (`key`, `value`), written by a bulk insert:
     /// cached where its set has free ways or answers nobody read since the
     /// hand last passed them (an earlier load's rows, rows gone cold),
@@ -686,17 +769,23 @@ impl RowCache {
     /// (HOT_PATH.md §49). A new row has no answer to invalidate (fills
     /// never cache a row without versions), so nothing else is done.
     pub fn write_new_if_room(&self, cf: CfRef, rowid: u64, key: &[u8], value: &[u8]) {
-        let (index, tag) = self.place(cf, rowid);
-        let set = self.set(index);
-        let version = lock(set);
-        let generation = self.header().generation.load(Ordering::SeqCst);
-        SCRATCH.with(|scratch| {
-            let (_, answer) = &mut *scratch.borrow_mut();
-            if let Some(len) = encode(&[(key, value)], &mut answer[..]) {
-                self.store_in(set, cf, rowid, tag, generation, &answer[..len], true, Placement::Unreferenced, false);
+        let places = self.places(cf, rowid);
+        let attempts = places.sets().map(|index| (index, Placement::Free)).chain([(places.home, Placement::Unreferenced)]);
+        for (index, placement) in attempts {
+            let set = self.set(index);
+            let version = lock(set);
+            let generation = self.header().generation.load(Ordering::SeqCst);
+            let stored = SCRATCH.with(|scratch| {
+                let (_, answer) = &mut *scratch.borrow_mut();
+                encode(&[(key, value)], &mut answer[..]).is_some_and(|len| {
+                    self.store_in(set, cf, rowid, places.tag, generation, &answer[..len], true, placement, false)
+                })
+            });
+            set.lock.store(version + 2, Ordering::SeqCst);
+            if stored {
+                return;
             }
-        });
-        set.lock.store(version + 2, Ordering::SeqCst);
+        }
     }
 
     /// The way whose valid answer is row `rowid` (tagged `tag`) of `cf` in
@@ -771,7 +860,11 @@ impl RowCache {
     /// Caller holds the set lock.
     fn clock_victim(&self, set: &Set, ways: usize, placement: Placement) -> Option<usize> {
         let ages = placement == Placement::Any;
-        let tries = if ages { WAYS + 1 } else { WARM_ROOM };
+        let tries = match placement {
+            Placement::Any => WAYS + 1,
+            Placement::Unreferenced => WARM_ROOM,
+            Placement::Free => return None,
+        };
         let mut at = set.hand.load(Ordering::Relaxed) as usize;
         for _ in 0..tries {
             let start = run_from(at, ways);
@@ -807,7 +900,7 @@ impl RowCache {
     }
 
     /// Writes `answer` into a run of ways, where `placement` allows (else
-    /// nothing is stored), evicting what overlaps it; `referenced` is its
+    /// nothing is stored: false), evicting what overlaps it; `referenced` is its
     /// starting reference bit. Caller holds the set lock.
     #[allow(clippy::too_many_arguments)]
     fn store_in(
@@ -821,10 +914,10 @@ impl RowCache {
         complete: bool,
         placement: Placement,
         referenced: bool,
-    ) {
+    ) -> bool {
         let ways = answer.len().div_ceil(WAY_BYTES).max(1);
         if answer.len() > MAX_ANSWER {
-            return;
+            return false;
         }
         let mut free = free_run(set.occupied.load(Ordering::Relaxed), ways);
         if free.is_none() && set.swept.load(Ordering::Relaxed) != generation {
@@ -851,7 +944,7 @@ impl RowCache {
             Some(start) => start,
             None => match self.clock_victim(set, ways, placement) {
                 Some(start) => start,
-                None => return,
+                None => return false,
             },
         };
         for way in ways_in(overlapping(set, start, ways)) {
@@ -868,6 +961,7 @@ impl RowCache {
         set_tag(set, start, tag);
         set.occupied.store(set.occupied.load(Ordering::Relaxed) | run_mask(start, ways), Ordering::Relaxed);
         head.seq.store(seq + 2, Ordering::Release);
+        true
     }
 }
 
@@ -1237,6 +1331,60 @@ mod tests {
         c.warm_window(&tickets, T, 64, WINDOW_PER_ROW, &answer_of(64..128));
         assert!((64..128).all(|r| get(&c, r).is_none()), "no read row was pushed out");
         assert!((1000..rowid).all(|r| get(&c, r).is_some()));
+    }
+
+    /// The rows of a group share a home set and the next group has the next
+    /// one; a row whose home is full goes to its spill set, where lookups
+    /// find it and writes change it, and a fill whose ticket predates a
+    /// write (which changes both sets) installs in neither.
+    #[test]
+    fn a_row_spills_when_its_home_is_full_and_stays_exact_there() {
+        let r = cache(256);
+        let c = r.1;
+        let group = |rowid: u64| (rowid / GROUP) * GROUP..(rowid / GROUP + 1) * GROUP;
+        // A row whose two sets differ (the hashes pick them apart).
+        let q = (0..4096u64).find(|&rowid| c.places(T, rowid).home != c.places(T, rowid).spill).unwrap();
+        let p = c.places(T, q);
+        assert!(group(q).all(|rowid| c.places(T, rowid).home == p.home), "a group shares its home set");
+        let next = group(q).end;
+        if next % RUN != 0 {
+            assert_eq!(c.places(T, next).home, (p.home + 1) % 256, "the next group of the run has the next set");
+        }
+        // Fill the home set with another table's answers.
+        let other = CfRef { db: 5, rel: 16385 };
+        let generation = c.header().generation.load(Ordering::SeqCst);
+        let home = c.set(p.home);
+        let version = lock(home);
+        let filler = answer(&[(row_key(1, 0), vec![1u8; 40])], false);
+        let mut n = 0u64;
+        while c.store_in(home, other, n, tag_of(n), generation, &filler, true, Placement::Free, true) {
+            n += 1;
+            assert!(n <= WAYS as u64, "a set holds {WAYS} ways");
+        }
+        home.lock.store(version + 2, Ordering::SeqCst);
+        assert_eq!(home.occupied.load(Ordering::Relaxed), u64::MAX);
+        let row = |rowid: u64, version: u32| answer(&[(row_key(rowid, version), vec![version as u8; 150])], false);
+        let in_set = |index: usize, rowid: u64| c.find(c.set(index), T, rowid, c.places(T, rowid).tag, generation as u32).is_some();
+        // A fill: the home set is full of answers being read, the spill set
+        // has room.
+        let ticket = c.ticket(T, q).unwrap();
+        c.fill(ticket, T, q, &row(q, 0));
+        assert!(in_set(p.spill, q) && !in_set(p.home, q), "the answer went to the spill set");
+        assert_eq!(versions(&get(&c, q).unwrap()).len(), 1);
+        // A write is merged there.
+        c.write(T, q, &[put(&row_key(q, 1), &[1u8; 150])], false);
+        let seen: Vec<u32> = versions(&get(&c, q).unwrap()).iter().map(|v| v.1).collect();
+        assert_eq!(seen, vec![1, 0], "the write reached the spilled answer");
+        // A fill read before a write installs nowhere; one read after does.
+        let q2 = group(q).find(|&rowid| rowid != q && c.places(T, rowid).spill != p.home).unwrap();
+        let stale = c.ticket(T, q2).unwrap();
+        c.write(T, q2, &[put(&row_key(q2, 0), &[0u8; 150])], false);
+        c.fill(stale, T, q2, &row(q2, 7));
+        assert_eq!(get(&c, q2), None, "an answer read before a write was installed after it");
+        let fresh = c.ticket(T, q2).unwrap();
+        c.fill(fresh, T, q2, &row(q2, 0));
+        assert!(get(&c, q2).is_some());
+        assert_eq!(home.occupied.load(Ordering::Relaxed), u64::MAX, "the full home set kept its answers");
     }
 
     /// The hand gives a referenced answer a second chance: fills that evict
