@@ -556,8 +556,9 @@ impl RowCache {
     }
 
     /// Before reading row `rowid` of `cf` from RocksDB to answer a one-row
-    /// read: the ticket its answer is installed with. `None` while a write
-    /// holds the set (the read may overlap it; nothing is cached).
+    /// read: the ticket its answer is installed with. `None` while writes
+    /// hold both of the row's sets (the read may overlap them; nothing is
+    /// cached).
     pub fn ticket(&self, cf: CfRef, rowid: u64) -> Option<Ticket> {
         let places = self.places(cf, rowid);
         let generation = self.header().generation.load(Ordering::SeqCst);
@@ -606,11 +607,13 @@ impl RowCache {
             if set.lock.compare_exchange(version, version | 1, Ordering::SeqCst, Ordering::Relaxed).is_err() {
                 continue;
             }
-            let done = self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_some()
-                || self.store_in(set, cf, rowid, ticket.tag, ticket.generation, answer, complete, here, asked);
+            let found = self.find(set, cf, rowid, ticket.tag, ticket.generation as u32).is_some();
+            let stored = !found && self.store_in(set, cf, rowid, ticket.tag, ticket.generation, answer, complete, here, asked);
             set.lock.store(version, Ordering::SeqCst);
-            if done {
+            if stored {
                 self.header().counters.add(FILLS, 1);
+            }
+            if found || stored {
                 return;
             }
         }
