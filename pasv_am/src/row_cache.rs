@@ -713,8 +713,8 @@ impl RowCache {
         let places = self.places(cf, rowid);
         // A new row goes where there is room, home first; with none in
         // either, home (evicting).
-        let home_room = self.has_room(self.set(places.home));
-        let to = if !fresh || home_room || !self.has_room(self.set(places.spill)) { places.home } else { places.spill };
+        let to_spill = fresh && !has_room(self.set(places.home)) && has_room(self.set(places.spill));
+        let to = if to_spill { places.spill } else { places.home };
         for index in places.sets() {
             self.write_in_set(self.set(index), cf, rowid, places.tag, ops, fresh && index == to, keep_reference);
         }
@@ -754,12 +754,6 @@ impl RowCache {
             }
         });
         set.lock.store(version + 2, Ordering::SeqCst);
-    }
-
-    /// Whether `set` has a free run of ways for a small answer (a hint:
-    /// unlocked).
-    fn has_room(&self, set: &Set) -> bool {
-        free_run(set.occupied.load(Ordering::Relaxed), 2).is_some()
     }
 
     /// A new row's only version (`key`, `value`), written by a bulk insert:
@@ -1111,6 +1105,12 @@ fn free_run(occupied: u64, ways: usize) -> Option<usize> {
         free &= !occupied >> k;
     }
     (free != 0).then(|| free.trailing_zeros() as usize)
+}
+
+/// Whether `set` has a free run of ways for a small answer (a hint:
+/// unlocked).
+fn has_room(set: &Set) -> bool {
+    free_run(set.occupied.load(Ordering::Relaxed), 2).is_some()
 }
 
 /// Bits `[start, start + ways)`.
