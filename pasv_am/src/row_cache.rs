@@ -360,8 +360,14 @@ impl RowCache {
     /// Set `offset` of a run whose hash is `hash`.
     fn run_set(&self, hash: u64, offset: u64) -> usize {
         let sets = self.sets as u64;
-        let index = ((u128::from(hash) * u128::from(sets)) >> 64) as u64 + offset;
-        (if index < sets { index } else { index % sets }) as usize
+        let mut index = ((u128::from(hash) * u128::from(sets)) >> 64) as u64 + offset;
+        if index >= sets {
+            index -= sets;
+            if index >= sets {
+                index %= sets; // fewer sets than a run's rows (small caches)
+            }
+        }
+        index as usize
     }
 
     /// Counts a lookup's outcome.
@@ -767,22 +773,21 @@ impl RowCache {
     /// never cache a row without versions), so nothing else is done.
     pub fn write_new_if_room(&self, cf: CfRef, rowid: u64, key: &[u8], value: &[u8]) {
         let places = self.places(cf, rowid);
-        let attempts = places.sets().map(|index| (index, Placement::Free)).chain([(places.home, Placement::Unreferenced)]);
-        for (index, placement) in attempts {
-            let set = self.set(index);
-            let version = lock(set);
-            let generation = self.header().generation.load(Ordering::SeqCst);
-            let stored = SCRATCH.with(|scratch| {
-                let (_, answer) = &mut *scratch.borrow_mut();
-                encode(&[(key, value)], &mut answer[..]).is_some_and(|len| {
-                    self.store_in(set, cf, rowid, places.tag, generation, &answer[..len], true, placement, false)
-                })
-            });
-            set.lock.store(version + 2, Ordering::SeqCst);
-            if stored {
-                return;
+        SCRATCH.with(|scratch| {
+            let (_, answer) = &mut *scratch.borrow_mut();
+            let Some(len) = encode(&[(key, value)], &mut answer[..]) else { return };
+            let attempts = places.sets().map(|index| (index, Placement::Free)).chain([(places.home, Placement::Unreferenced)]);
+            for (index, placement) in attempts {
+                let set = self.set(index);
+                let version = lock(set);
+                let generation = self.header().generation.load(Ordering::SeqCst);
+                let stored = self.store_in(set, cf, rowid, places.tag, generation, &answer[..len], true, placement, false);
+                set.lock.store(version + 2, Ordering::SeqCst);
+                if stored {
+                    return;
+                }
             }
-        }
+        });
     }
 
     /// The way whose valid answer is row `rowid` (tagged `tag`) of `cf` in
