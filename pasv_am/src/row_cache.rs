@@ -1416,12 +1416,9 @@ mod tests {
         let generation = c.header().generation.load(Ordering::SeqCst) as u32;
         // Reads miss in an order unrelated to the rowids.
         let mut order: Vec<u64> = (0..rows).collect();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = crate::engine::test_support::xorshift(0x9e37_79b9_7f4a_7c15);
         for i in (1..order.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
+            order.swap(i, next(i as u64 + 1) as usize);
         }
         for &rowid in &order {
             let ticket = c.ticket(T, rowid).unwrap();
