@@ -78,3 +78,47 @@ ANALYZE ios_p;
 EXPLAIN (COSTS OFF) SELECT count(*) FROM ios_p;
 SELECT count(*) FROM ios_p;
 DROP TABLE ios_h, ios_p;
+-- ANALYZE and index builds judge a row by how its creator stands, not by a
+-- snapshot, and read the table ahead as scans do (HOT_PATH §63): over many
+-- read-ahead batches, this transaction's rows count and an aborted
+-- transaction's and a rolled-back savepoint's do not, as on heap. (A
+-- creator that ended is remembered for the rest of the scan.)
+CREATE TABLE creators_h (id int, pad text) USING heap;
+CREATE TABLE creators_p (id int, pad text) USING pasv;
+DO $$
+DECLARE t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['creators_h', 'creators_p'] LOOP
+    EXECUTE format('INSERT INTO %I SELECT g, repeat(''c'', 60) FROM generate_series(1, 30000) g', t);
+    BEGIN
+      EXECUTE format('INSERT INTO %I SELECT g, repeat(''a'', 60) FROM generate_series(30001, 60000) g', t);
+      RAISE EXCEPTION 'roll back';
+    EXCEPTION WHEN raise_exception THEN NULL;
+    END;
+    EXECUTE format('INSERT INTO %I SELECT g, repeat(''d'', 60) FROM generate_series(60001, 70000) g', t);
+  END LOOP;
+END $$;
+BEGIN;
+INSERT INTO creators_h SELECT g, repeat('o', 60) FROM generate_series(70001, 80000) g;
+INSERT INTO creators_p SELECT g, repeat('o', 60) FROM generate_series(70001, 80000) g;
+SAVEPOINT s;
+INSERT INTO creators_h SELECT g, repeat('s', 60) FROM generate_series(80001, 90000) g;
+INSERT INTO creators_p SELECT g, repeat('s', 60) FROM generate_series(80001, 90000) g;
+ROLLBACK TO SAVEPOINT s;
+CREATE TEMP TABLE read_aheads (n bigint);
+INSERT INTO read_aheads SELECT coalesce((SELECT posted FROM pasv.channel_stats('backend') WHERE request = 'scan'), 0);
+ANALYZE creators_h, creators_p;
+SELECT relname, reltuples FROM pg_class WHERE relname IN ('creators_h', 'creators_p') ORDER BY relname;
+INSERT INTO read_aheads SELECT coalesce((SELECT posted FROM pasv.channel_stats('backend') WHERE request = 'scan'), 0);
+CREATE INDEX creators_h_id ON creators_h (id);
+CREATE INDEX creators_p_id ON creators_p (id);
+INSERT INTO read_aheads SELECT coalesce((SELECT posted FROM pasv.channel_stats('backend') WHERE request = 'scan'), 0);
+-- Each of ANALYZE and the build read ahead (scan requests posted, not waited for).
+SELECT count(DISTINCT n) AS distinct_read_ahead_counts FROM read_aheads;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT left(pad, 1), count(*), min(id), max(id) FROM creators_p WHERE id > 0 GROUP BY 1;
+SELECT left(pad, 1), count(*), min(id), max(id) FROM creators_h WHERE id > 0 GROUP BY 1 ORDER BY 1;
+SELECT left(pad, 1), count(*), min(id), max(id) FROM creators_p WHERE id > 0 GROUP BY 1 ORDER BY 1;
+COMMIT;
+DROP TABLE creators_h, creators_p, read_aheads;

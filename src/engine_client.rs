@@ -626,7 +626,10 @@ fn copy_entries(bytes: &[u8], dest: &mut [u8]) -> Result<ScanCopied, CallError> 
 /// (which sent and applied every earlier write of this backend). Every
 /// later write of this backend belongs to the reader's own command or a
 /// later one, and every write of another backend that is not applied yet
-/// commits after the reader's snapshot: the snapshot sees neither.
+/// commits after the reader's snapshot: the snapshot sees neither. ANALYZE's
+/// and index builds' readers are not snapshots but read ahead too: their
+/// command writes nothing to the table they read, and another backend's
+/// write races with them whether the batch is read now or a moment later.
 pub fn scan_ahead(cf: CfRef, start: &[u8], end: &[u8], per_row: u32, max_entries: u32) -> Result<u64, CallError> {
     crate::replay::wait_for_recovery();
     let req = Request::Scan { cf, start, end, max_entries, per_row };

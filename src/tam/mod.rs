@@ -297,6 +297,7 @@ pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &
 /// superseded.
 pub(crate) fn forget_cached_rows() {
     stream::forget_last_row();
+    visibility::forget_answers();
     rowops::forget_locked_chain();
     rowops::forget_deleted_row();
 }

@@ -93,6 +93,13 @@ pub struct RowStream {
     /// one-row read may be answered from the row cache, and a range may be
     /// read ahead.
     mvcc: bool,
+    /// The reader of the current `next_row` may have its range read ahead
+    /// (`may_read_ahead`): an MVCC snapshot, or ANALYZE's or an index
+    /// build's reader. None of them reads a write this backend makes while
+    /// it reads (its earlier writes were applied by the first, synchronous
+    /// batch), and for another backend's write a batch read ahead is as
+    /// good as one read a moment later: it races with the reader either way.
+    reads_ahead: bool,
     /// The current one-row range may be answered from the row cache by any
     /// reader: its caller fenced (`RowStream::cache_after_fence`).
     fenced: bool,
@@ -437,6 +444,7 @@ impl RowStream {
             seen_bits: 0,
             newer_aborted: false,
             mvcc: false,
+            reads_ahead: false,
             fenced: false,
             wide: true,
             window: false,
@@ -743,13 +751,13 @@ impl RowStream {
         }
     }
 
-    /// Whether a read-ahead may be asked for now (`fetch`'s rule): an MVCC
-    /// reader of a range, not a window, past its first two batches (the
+    /// Whether a read-ahead may be asked for now (`fetch`'s rule): a reader
+    /// that may (`reads_ahead`) of a range, not a window, past its first two batches (the
     /// first, read synchronously, applied this backend's earlier writes:
     /// see `engine_client::scan_ahead`), whose read-aheads were not
     /// displaced by another stream's.
     fn may_read_ahead(&self) -> bool {
-        self.mvcc && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced
+        self.reads_ahead && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced
     }
 
     /// Ask the engine for `[start, end)` with `per_row` versions a row and
@@ -811,6 +819,7 @@ impl RowStream {
     pub unsafe fn next_row(&mut self, reader: Reader, doing: &str) -> Option<Row> {
         let skip_tombstones = visibility::skips_tombstones(reader);
         self.mvcc = visibility::is_mvcc(reader);
+        self.reads_ahead = self.mvcc || matches!(reader, Reader::BuildLive | Reader::Build(_));
         loop {
             if self.pos >= self.count {
                 if !self.more && !self.read_on_undecided() {
