@@ -268,7 +268,7 @@ pub(crate) unsafe fn describe_row(rel: pg_sys::Relation, row: &stream::Row, tupl
 /// # Safety
 /// Backend inside a transaction.
 pub unsafe fn creator_committed(header: &pasv_am::row::RowHeader) -> bool {
-    rowops::creator_of(header) == rowops::Creator::Committed
+    visibility::creator_of(header) == visibility::Creator::Committed
 }
 
 /// Whether a committed version is older than every snapshot that may still

@@ -14,7 +14,7 @@
 //! locked through `tuple_lock(FIND_LAST_VERSION)`.
 
 use crate::logical::notes;
-use super::visibility::{self, Reader};
+use super::visibility::{self, creator_of, Creator, Reader};
 use super::modify::{check_row_size, stored_value};
 use super::{cf_of, rel_name, rowid_from_tid, tid_from_rowid};
 use crate::{engine_client, error};
@@ -30,30 +30,6 @@ extern "C" {
 }
 
 const INVALID_COMMAND_ID: pg_sys::CommandId = u32::MAX;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Creator {
-    Current,
-    InProgress,
-    Committed,
-    Aborted,
-}
-
-pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
-    if h.is_frozen() {
-        return Creator::Committed;
-    }
-    let xid = pg_sys::TransactionId::from(h.xid as u32);
-    if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
-        Creator::Current
-    } else if pg_sys::TransactionIdIsInProgress(xid) {
-        Creator::InProgress
-    } else if pg_sys::TransactionIdDidCommit(xid) {
-        Creator::Committed
-    } else {
-        Creator::Aborted
-    }
-}
 
 #[derive(Clone)]
 struct Version {

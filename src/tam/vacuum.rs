@@ -2,7 +2,7 @@
 //! can see any more, which rows are gone for everyone, and which versions
 //! to freeze, and writes those changes back in batches.
 
-use super::rowops::{creator_of, Creator};
+use super::visibility::{creator_of, Creator};
 use super::cf_of;
 use crate::{engine_client, error};
 use pasv_am::keys;

@@ -166,15 +166,34 @@ pub fn forget_answers() {
 }
 
 /// How the creator of a version stands now.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum CreatorState {
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Creator {
     /// This transaction (or one of its subtransactions).
     Current,
     /// Another transaction still running.
-    Running,
+    InProgress,
     Committed,
     /// Aborted, or gone in a crash.
     Aborted,
+}
+
+/// How the creator of version `h` stands now (frozen versions committed
+/// long ago), with an ended creator remembered in the backend's memo
+/// ([`creator_state`]): row locks, writes and VACUUM ask about every version
+/// they meet.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
+    if h.is_frozen() {
+        return Creator::Committed;
+    }
+    MVCC_MEMO.with(|m| {
+        let mut memo = m.get();
+        let state = creator_state(xid_of(h), &mut memo);
+        m.set(memo);
+        state
+    })
 }
 
 /// Where `xid` stands, by PostgreSQL's rule (this transaction, then the
@@ -188,23 +207,23 @@ enum CreatorState {
 ///
 /// # Safety
 /// Backend inside a transaction.
-unsafe fn creator_state(xid: pg_sys::TransactionId, memo: &mut MvccMemo) -> CreatorState {
+unsafe fn creator_state(xid: pg_sys::TransactionId, memo: &mut MvccMemo) -> Creator {
     let key = MvccKey { xid: u32::from(xid), snapshot: 1, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0 };
     if let Some(committed) = memo.latest(&key).or_else(|| memo.answer(key)) {
-        return if committed { CreatorState::Committed } else { CreatorState::Aborted };
+        return if committed { Creator::Committed } else { Creator::Aborted };
     }
     if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
-        return CreatorState::Current;
+        return Creator::Current;
     }
     if pg_sys::TransactionIdIsInProgress(xid) {
-        return CreatorState::Running;
+        return Creator::InProgress;
     }
     let committed = pg_sys::TransactionIdDidCommit(xid);
     memo.remember(key, committed);
     if committed {
-        CreatorState::Committed
+        Creator::Committed
     } else {
-        CreatorState::Aborted
+        Creator::Aborted
     }
 }
 
@@ -256,7 +275,7 @@ pub unsafe fn creator_visible_memo(h: &RowHeader, reader: Reader, memo: &mut Mvc
 unsafe fn creator_visible_slow(h: &RowHeader, reader: Reader, memo: &mut MvccMemo) -> bool {
     let xid = xid_of(h);
     let snapshot = match reader {
-        Reader::BuildLive | Reader::Build(_) => return creator_state(xid, memo) != CreatorState::Aborted,
+        Reader::BuildLive | Reader::Build(_) => return creator_state(xid, memo) != Creator::Aborted,
         Reader::Snapshot(s) => s,
     };
     use pg_sys::SnapshotType::*;
@@ -274,7 +293,7 @@ unsafe fn creator_visible_slow(h: &RowHeader, reader: Reader, memo: &mut MvccMem
             memo.remember(key, visible);
             visible
         }
-        SNAPSHOT_SELF => matches!(creator_state(xid, memo), CreatorState::Current | CreatorState::Committed),
+        SNAPSHOT_SELF => matches!(creator_state(xid, memo), Creator::Current | Creator::Committed),
         // The version the executor may refer to by TID: the newest one this
         // transaction wrote or that committed (tombstones are skipped by the
         // caller). Never another transaction's uncommitted version: heap's
@@ -282,17 +301,17 @@ unsafe fn creator_visible_slow(h: &RowHeader, reader: Reader, memo: &mut MvccMem
         // fetches its old row this way (SnapshotAny) before it waits for the
         // row's lock; a version of a writer that then aborts must not become
         // the base of its new row.
-        SNAPSHOT_ANY => matches!(creator_state(xid, memo), CreatorState::Current | CreatorState::Committed),
+        SNAPSHOT_ANY => matches!(creator_state(xid, memo), Creator::Current | Creator::Committed),
         SNAPSHOT_DIRTY => match creator_state(xid, memo) {
-            CreatorState::Running => {
+            Creator::InProgress => {
                 // Tell the caller (e.g. a unique check) whom to wait for.
                 (*snapshot).xmin = xid;
                 true
             }
-            state => state != CreatorState::Aborted,
+            state => state != Creator::Aborted,
         },
         // Visible unless its creator aborted.
-        SNAPSHOT_TOAST | SNAPSHOT_NON_VACUUMABLE => creator_state(xid, memo) != CreatorState::Aborted,
+        SNAPSHOT_TOAST | SNAPSHOT_NON_VACUUMABLE => creator_state(xid, memo) != Creator::Aborted,
         _ => crate::error::raise(
             pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             "pasv tables cannot be read with a historic (logical decoding) snapshot",
