@@ -752,10 +752,10 @@ impl RowStream {
     }
 
     /// Whether a read-ahead may be asked for now (`fetch`'s rule): a reader
-    /// that may (`reads_ahead`) of a range, not a window, past its first two batches (the
-    /// first, read synchronously, applied this backend's earlier writes:
-    /// see `engine_client::scan_ahead`), whose read-aheads were not
-    /// displaced by another stream's.
+    /// that may read ahead (`reads_ahead`), of a range, not a window, past
+    /// its first two batches (the first, read synchronously, applied this
+    /// backend's earlier writes: see `engine_client::scan_ahead`), whose
+    /// read-aheads were not displaced by another stream's.
     fn may_read_ahead(&self) -> bool {
         self.reads_ahead && self.wide && !self.window && self.batches >= 2 && !self.ahead_displaced
     }
