@@ -50,9 +50,15 @@ SELECT count(*) FROM v WHERE grp = 0;
 SELECT count(*), min(payload), max(payload) FROM v WHERE grp = 5;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
--- A second VACUUM finds nothing left to do.
+-- A second VACUUM finds nothing left to do. Its pass over the table (many
+-- pages) reads each page ahead while it works on the one before (scan
+-- requests posted, not waited for: HOT_PATH §63).
+CREATE TEMP TABLE vacuum_reads (n bigint);
+INSERT INTO vacuum_reads SELECT coalesce((SELECT posted FROM pasv.channel_stats('backend') WHERE request = 'scan'), 0);
 CALL pg_temp.wait_for_horizon();
 VACUUM (VERBOSE, PROCESS_TOAST false) v;
+SELECT coalesce((SELECT posted FROM pasv.channel_stats('backend') WHERE request = 'scan'), 0) - n > 0 AS vacuum_read_ahead FROM vacuum_reads;
+DROP TABLE vacuum_reads;
 -- Rolled-back inserts that reached the engine (the count inside the
 -- transaction sends the backend's buffered rows first) leave versions that
 -- VACUUM removes; rolled-back rows still in the buffer leave none.

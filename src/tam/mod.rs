@@ -285,7 +285,7 @@ pub unsafe fn older_than_all_snapshots(header: &pasv_am::row::RowHeader, horizon
 /// # Safety
 /// Backend inside a transaction.
 pub unsafe fn count_versions(cf: CfRef, start: [u8; 12], end: [u8; 12], count: &mut i64) {
-    versions::walk(cf, start, end, 0, "counting versions", |_| {
+    versions::walk_ahead(cf, start, end, "counting versions", |_| {
         *count += 1;
         true
     });

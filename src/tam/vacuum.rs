@@ -189,7 +189,7 @@ pub unsafe fn vacuum_rows(
     let mut current: Option<u64> = None;
     let mut versions: Vec<Version> = Vec::new();
     let mut seen = 0u64;
-    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+    super::versions::walk_ahead(cf_of(rel), start, end, doing, |v| {
         seen += 1;
         if seen % 4096 == 0 {
             pg_sys::vacuum_delay_point();
@@ -323,7 +323,7 @@ pub unsafe fn copy_rows(
         }
         rows.clear();
     };
-    super::versions::walk(cf_old, start, end, 0, doing, |v| {
+    super::versions::walk_ahead(cf_old, start, end, doing, |v| {
         if rows.first().is_some_and(|r| r.0 != v.rowid) {
             pgrx::check_for_interrupts!();
             flush_row(&mut out, &mut rows, &mut kept_dead);
@@ -392,7 +392,7 @@ pub unsafe fn sort_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing: 
     // Every rowid, ascending, for the rows the sort does not place.
     let mut rowids: Vec<u64> = Vec::new();
     let mut last_row = None;
-    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+    super::versions::walk_ahead(cf_of(rel), start, end, doing, |v| {
         if rowids.last() != Some(&v.rowid) {
             rowids.push(v.rowid);
         }
@@ -462,7 +462,7 @@ pub unsafe fn index_order(rel: pg_sys::Relation, index: pg_sys::Relation, doing:
     }
     pg_sys::index_endscan(scan);
     let (start, end) = keys::row_range(0, keys::MAX_ROWID + 1);
-    super::versions::walk(cf_of(rel), start, end, 0, doing, |v| {
+    super::versions::walk_ahead(cf_of(rel), start, end, doing, |v| {
         let next = order.len() as u64;
         order.entry(v.rowid).or_insert(next);
         true

@@ -46,17 +46,40 @@ pub unsafe fn walk(
     doing: &str,
     mut visit: impl FnMut(RawVersion<'_>) -> bool,
 ) {
-    walk_raw(cf, start, end, page, doing, |rowid, version, value| {
-        let header = match RowHeader::decode(value) {
-            Ok((h, _)) => h,
-            Err(e) => error::raise(
-                pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-                format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
-                "The table's RocksDB data is damaged; restore from a backup.",
-            ),
-        };
-        visit(RawVersion { rowid, version, header, value })
-    });
+    walk_pages(cf, start, end, page, false, doing, |rowid, version, value| visit(decode(rowid, version, value, doing)));
+}
+
+/// As [`walk`] with pages as large as fit, for a pass over a table (VACUUM,
+/// CLUSTER's copy, counting versions): from the second page on, the engine
+/// reads the next page into this backend's read-ahead slot while this one
+/// is visited. The first page is read synchronously, after every write this
+/// backend posted before; what a pass writes meanwhile are rows it has
+/// visited (VACUUM's prunes and freezes) or another table (CLUSTER's copy),
+/// never a key of the page read ahead. A concurrent writer's change races
+/// with the pass as it does with a page read synchronously, a moment later.
+///
+/// # Safety
+/// Backend inside a transaction.
+pub unsafe fn walk_ahead(
+    cf: CfRef,
+    start: [u8; ROW_KEY_LEN],
+    end: [u8; ROW_KEY_LEN],
+    doing: &str,
+    mut visit: impl FnMut(RawVersion<'_>) -> bool,
+) {
+    walk_pages(cf, start, end, 0, true, doing, |rowid, version, value| visit(decode(rowid, version, value, doing)));
+}
+
+fn decode<'a>(rowid: u64, version: u32, value: &'a [u8], doing: &str) -> RawVersion<'a> {
+    let header = match RowHeader::decode(value) {
+        Ok((h, _)) => h,
+        Err(e) => error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("pasv: {doing}: bad row header at rowid {rowid}: {e}"),
+            "The table's RocksDB data is damaged; restore from a backup.",
+        ),
+    };
+    RawVersion { rowid, version, header, value }
 }
 
 /// As [`walk`], with each version's stored value undecoded (`pasv.verify`
@@ -70,37 +93,78 @@ pub unsafe fn walk_raw(
     end: [u8; ROW_KEY_LEN],
     page: u32,
     doing: &str,
+    visit: impl FnMut(u64, u32, &[u8]) -> bool,
+) {
+    walk_pages(cf, start, end, page, false, doing, visit);
+}
+
+/// The walk of `[start, end)`, `page` entries a page (0: as many as fit),
+/// each page read ahead while the one before is visited when `ahead`
+/// ([`walk_ahead`]'s rule), else each read when the one before is done.
+unsafe fn walk_pages(
+    cf: CfRef,
+    start: [u8; ROW_KEY_LEN],
+    end: [u8; ROW_KEY_LEN],
+    page: u32,
+    ahead: bool,
+    doing: &str,
     mut visit: impl FnMut(u64, u32, &[u8]) -> bool,
 ) {
     let cap = crate::ipc::client::buffer_bytes().unwrap_or(64 * 1024);
-    let buf = take_page(cap);
+    // A read-ahead's answer fills up to the read-ahead slot's size; that
+    // buffer is the pass's own (the backend's page is one call's size).
+    let buf_cap = if ahead { crate::ipc::client::ahead_bytes().unwrap_or(cap).max(cap) } else { cap };
+    let buf = if ahead { pg_sys::palloc(buf_cap) as *mut u8 } else { take_page(cap) };
     let mut start = start;
+    let mut ticket = 0u64;
     // Bounded by the range: each turn starts past the previous page's last key.
     'pages: loop {
-        let dest = std::slice::from_raw_parts_mut(buf, cap);
-        let copied = match engine_client::scan_into(cf, &start, &end, page, 0, dest) {
-            Ok(c) => c,
-            Err(e) => e.raise(doing),
+        let dest = std::slice::from_raw_parts_mut(buf, buf_cap);
+        let taken = match std::mem::take(&mut ticket) {
+            0 => None,
+            t => match engine_client::take_scan_ahead(t, dest) {
+                Ok(taken) => taken,
+                Err(e) => e.raise(doing),
+            },
+        };
+        // Not read ahead (the first page, or another read-ahead of this
+        // backend displaced it): read now.
+        let copied = match taken {
+            Some(c) => c,
+            None => match engine_client::scan_into(cf, &start, &end, page, 0, &mut dest[..cap]) {
+                Ok(c) => c,
+                Err(e) => e.raise(doing),
+            },
         };
         let bytes = std::slice::from_raw_parts(buf as *const u8, copied.len);
         let (more, batch) = match protocol::decode_response(bytes) {
             Ok(Response::Entries { more, batch }) => (more, batch),
             _ => CallError::Unexpected("Scan").raise(doing),
         };
-        let mut last = None;
+        let last = batch.iter().filter_map(|(key, _)| keys::decode_row_key(key)).last();
+        let next = last.and_then(|(r, v)| key_after(r, v)).filter(|_| more);
+        if let Some(next) = next.filter(|_| ahead) {
+            ticket = match engine_client::scan_ahead(cf, &next, &end, 0, page) {
+                Ok(t) => t,
+                Err(e) => e.raise(doing),
+            };
+        }
         for (key, value) in batch.iter() {
             let Some((rowid, version)) = keys::decode_row_key(key) else { continue };
-            last = Some((rowid, version));
             if !visit(rowid, version, value) {
                 break 'pages;
             }
         }
-        match last.and_then(|(r, v)| key_after(r, v)) {
-            Some(next) if more => start = next,
-            _ => break,
+        match next {
+            Some(next) => start = next,
+            None => break,
         }
     }
-    give_back_page(buf);
+    if ahead {
+        pg_sys::pfree(buf as *mut _);
+    } else {
+        give_back_page(buf);
+    }
 }
 
 thread_local! {
