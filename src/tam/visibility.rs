@@ -138,6 +138,11 @@ impl MvccMemo {
         if key.xid == 0 {
             return None;
         }
+        // A run of rows of one creator asks about the most recent answer
+        // again and again: nothing to reorder then.
+        if let Some(visible) = self.latest(&key) {
+            return Some(visible);
+        }
         let i = self.answers.iter().position(|(k, _)| *k == key)?;
         let found = self.answers[i];
         self.answers.copy_within(0..i, 1);
@@ -188,11 +193,17 @@ pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
     if h.is_frozen() {
         return Creator::Committed;
     }
+    with_shared_memo(|memo| creator_state(xid_of(h), memo))
+}
+
+/// `f` with the backend's shared memo (callers outside a scan, which keeps
+/// its own).
+fn with_shared_memo<R>(f: impl FnOnce(&mut MvccMemo) -> R) -> R {
     MVCC_MEMO.with(|m| {
         let mut memo = m.get();
-        let state = creator_state(xid_of(h), &mut memo);
+        let result = f(&mut memo);
         m.set(memo);
-        state
+        result
     })
 }
 
@@ -209,7 +220,7 @@ pub(super) unsafe fn creator_of(h: &RowHeader) -> Creator {
 /// Backend inside a transaction.
 unsafe fn creator_state(xid: pg_sys::TransactionId, memo: &mut MvccMemo) -> Creator {
     let key = MvccKey { xid: u32::from(xid), snapshot: 1, completions: 0, xmin: 0, xmax: 0, xcnt: 0, subxcnt: 0 };
-    if let Some(committed) = memo.latest(&key).or_else(|| memo.answer(key)) {
+    if let Some(committed) = memo.answer(key) {
         return if committed { Creator::Committed } else { Creator::Aborted };
     }
     if pg_sys::TransactionIdIsCurrentTransactionId(xid) {
@@ -232,12 +243,7 @@ unsafe fn creator_state(xid: pg_sys::TransactionId, memo: &mut MvccMemo) -> Crea
 /// # Safety
 /// Must run in a backend inside a transaction; the snapshot must be valid.
 pub unsafe fn creator_visible(h: &RowHeader, reader: Reader) -> bool {
-    MVCC_MEMO.with(|m| {
-        let mut memo = m.get();
-        let visible = creator_visible_memo(h, reader, &mut memo);
-        m.set(memo);
-        visible
-    })
+    with_shared_memo(|memo| creator_visible_memo(h, reader, memo))
 }
 
 /// As [`creator_visible`], with the caller's memo: a scan's, which asks
