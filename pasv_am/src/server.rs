@@ -82,6 +82,7 @@ pub fn handle(engine: &Engine, request: &[u8], response: &mut [u8]) -> usize {
     if response.len() < MIN_RESPONSE_LEN {
         return 0;
     }
+    engine.note_request();
     let request = match decode_request(request) {
         Ok(request) => request,
         Err(e) => return encode_error(e.code(), &e.to_string(), response),

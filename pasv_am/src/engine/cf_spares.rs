@@ -36,7 +36,7 @@
 //!   empty CF (a section more in every OPTIONS rewrite, a few hundred
 //!   kilobytes of memory).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,21 @@ const KEEPER_IDLE: Duration = Duration::from_secs(1);
 /// schema script) and take a core from it.
 const QUIET: Duration = Duration::from_millis(50);
 const LOW_WATER: usize = 2;
+
+/// While at least this many spares are ready, the keeper creates the next
+/// one only once the engine served no request for [`QUIET`]: a creation
+/// takes tens of milliseconds of a core (more with more CFs), and the pool
+/// is topped up right after a schema's DDL, when its load begins (the
+/// TPC-C-like load's nine tables: 230-260 ms of the keeper's CPU during
+/// the load, which took 5.05 s against 4.78 s with the keeper held back;
+/// `src/ipc/HOT_PATH.md` §64). Below it the keeper works as soon as DDL
+/// pauses, so a stream of CREATE TABLEs under load still finds spares.
+const REFILL_WHILE_BUSY: usize = SPARE_TARGET / 2;
+
+/// How long a retired CF waits for a quiet engine before the keeper drops
+/// it all the same (a drop rewrites RocksDB's OPTIONS file as a creation
+/// does; DROP TABLE and a new table's load often follow each other).
+const DROP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Meta CF key prefix of a binding (followed by the spare's CF name).
 const BINDING_PREFIX: &[u8] = b"binding.";
@@ -96,6 +111,9 @@ fn decode_binding(bytes: &[u8]) -> Option<TableCf> {
 pub(super) struct Spares {
     state: Mutex<PoolState>,
     wake: Condvar,
+    /// Requests the engine served (`Engine::note_request`): the keeper
+    /// compares two readings to tell whether the engine is busy.
+    requests: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -105,8 +123,9 @@ struct PoolState {
     /// Set at open and by a bind (or a miss); the keeper tops the pool up
     /// while it is.
     wanted: bool,
-    /// Dropped tables' CFs, unbound, for the keeper to drop.
-    retired: Vec<String>,
+    /// Dropped tables' CFs, unbound, for the keeper to drop, with when
+    /// each was retired.
+    retired: Vec<(String, Instant)>,
     /// When DDL last took a spare or retired a CF.
     last_ddl: Option<Instant>,
 }
@@ -126,7 +145,11 @@ impl Spares {
     pub(super) fn with_ready(ready: Vec<u64>) -> Spares {
         // The keeper fills the pool when it starts, so that the first tables
         // of a new cluster bind spares too.
-        Spares { state: Mutex::new(PoolState { ready, wanted: true, ..PoolState::default() }), wake: Condvar::new() }
+        Spares {
+            state: Mutex::new(PoolState { ready, wanted: true, ..PoolState::default() }),
+            wake: Condvar::new(),
+            requests: AtomicU64::new(0),
+        }
     }
 
     // The state is a list and a flag, each changed by single calls: a panic
@@ -221,12 +244,23 @@ impl Engine {
     /// returns how many it created. Their numbers are reserved, and the
     /// counter flushed, under the DDL lock; the CFs are created outside it.
     pub fn make_spares(&self, target: usize) -> Result<usize, EngineError> {
+        self.create_spares(target, || true)
+    }
+
+    /// As [`Engine::make_spares`], asking `go_on` before each creation and
+    /// stopping at its first no (before any number is reserved if that is
+    /// the first answer; numbers reserved for the rest are never used: they
+    /// name no CF).
+    fn create_spares(&self, target: usize, mut go_on: impl FnMut() -> bool) -> Result<usize, EngineError> {
         let missing = target.saturating_sub(self.spares_ready());
-        if missing == 0 {
+        if missing == 0 || !go_on() {
             return Ok(0);
         }
         let first = self.reserve_numbers(missing as u64)?;
         for (made, number) in (first..first + missing as u64).enumerate() {
+            if made > 0 && !go_on() {
+                return Ok(made);
+            }
             let name = spare_name(number);
             if let Err(e) = self.db.create_cf(&name, &self.cf_options) {
                 return if made == 0 { Err(rocks_with(|| format!("create spare column family {name}"))(e)) } else { Ok(made) };
@@ -236,10 +270,24 @@ impl Engine {
         Ok(missing)
     }
 
+    /// Counts a request served, for the keeper's busy test.
+    pub fn note_request(&self) {
+        self.spares.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the engine served no request for [`QUIET`] (it waits that
+    /// long to tell).
+    fn engine_quiet(&self) -> bool {
+        let seen = self.spares.requests.load(Ordering::Relaxed);
+        std::thread::sleep(QUIET);
+        self.spares.requests.load(Ordering::Relaxed) == seen
+    }
+
     /// Drops retired CFs and keeps [`SPARE_TARGET`] spares ready until
     /// `stop` is set (and [`Engine::wake_spare_keeper`] called): the keeper
     /// thread's body. Tops the pool up once a table has taken a spare or
-    /// found none; sleeps otherwise. What it leaves undone at a stop (or a
+    /// found none, and DDL paused (the upper half of the pool only while the
+    /// engine is quiet: [`REFILL_WHILE_BUSY`]); sleeps otherwise. What it leaves undone at a stop (or a
     /// crash) open finishes: retired CFs are unbound.
     pub fn keep_spares(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
@@ -259,17 +307,33 @@ impl Engine {
                 }
                 (std::mem::take(&mut state.wanted), std::mem::take(&mut state.retired))
             };
-            for name in retired {
-                if stop.load(Ordering::Acquire) {
-                    break;
+            // A retired CF holds its dropped table's files until it goes:
+            // it waits for a quiet engine only so long. The others wait for
+            // the next round.
+            let mut later = Vec::new();
+            for (name, since) in retired {
+                if stop.load(Ordering::Acquire) || since.elapsed() < DROP_PATIENCE && !self.engine_quiet() {
+                    later.push((name, since));
+                    continue;
                 }
                 // A failure leaves it unbound: open drops it.
                 let _ = self.db.drop_cf(&name);
             }
-            if wanted && !stop.load(Ordering::Acquire) && self.make_spares(SPARE_TARGET).is_err() {
-                // DDL meets the same error and reports it; try again later.
-                std::thread::sleep(KEEPER_IDLE);
-                self.spares.state().wanted = true;
+            if !later.is_empty() {
+                self.spares.state().retired.extend(later);
+            }
+            if !wanted || stop.load(Ordering::Acquire) {
+                continue;
+            }
+            match self.create_spares(SPARE_TARGET, || self.spares_ready() < REFILL_WHILE_BUSY || self.engine_quiet()) {
+                Ok(_) if self.spares_ready() >= SPARE_TARGET => {}
+                // Held back by a busy engine: the next round goes on.
+                Ok(_) => self.spares.state().wanted = true,
+                Err(_) => {
+                    // DDL meets the same error and reports it; try again later.
+                    std::thread::sleep(KEEPER_IDLE);
+                    self.spares.state().wanted = true;
+                }
             }
         }
     }
@@ -277,8 +341,9 @@ impl Engine {
     /// Hands a dropped table's unbound CF to the keeper to drop.
     pub(super) fn retire(&self, cf_name: String) {
         let mut state = self.spares.state();
-        state.retired.push(cf_name);
-        state.last_ddl = Some(Instant::now());
+        let now = Instant::now();
+        state.retired.push((cf_name, now));
+        state.last_ddl = Some(now);
         drop(state);
         self.spares.wake.notify_all();
     }
@@ -347,6 +412,54 @@ mod tests {
     fn rows(engine: &Engine, cf: CfRef) -> Vec<u64> {
         let (lo, hi) = row_range(0, MAX_ROWID + 1);
         rowids_of(&scan_all(engine, cf, &lo, &hi, 1 << 16, 0).0)
+    }
+
+    /// Waits (bounded) until `done` holds.
+    fn eventually(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..2_000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{what}: not within 20 s");
+    }
+
+    /// The keeper refills the lower half of the pool whatever the engine
+    /// does, and the upper half only once the engine serves nothing (a
+    /// schema's load is not slowed by CF creations; before, the keeper
+    /// created every missing spare at once).
+    #[test]
+    fn keeper_tops_up_the_upper_half_only_while_the_engine_is_quiet() {
+        use std::sync::Arc;
+        let dir = TempDir::new();
+        let engine = Arc::new(open(&dir));
+        assert_eq!(engine.spares_ready(), 0);
+        let (stop, busy) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(true)));
+        let requests = {
+            let (engine, busy) = (Arc::clone(&engine), Arc::clone(&busy));
+            std::thread::spawn(move || {
+                while busy.load(Ordering::Acquire) {
+                    engine.note_request();
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let keeper = {
+            let (engine, stop) = (Arc::clone(&engine), Arc::clone(&stop));
+            std::thread::spawn(move || engine.keep_spares(&stop))
+        };
+        eventually("the lower half under load", || engine.spares_ready() >= REFILL_WHILE_BUSY);
+        for _ in 0..6 {
+            std::thread::sleep(QUIET);
+            assert_eq!(engine.spares_ready(), REFILL_WHILE_BUSY, "no spare past the lower half while requests come");
+        }
+        busy.store(false, Ordering::Release);
+        requests.join().unwrap();
+        eventually("a full pool once quiet", || engine.spares_ready() == SPARE_TARGET);
+        stop.store(true, Ordering::Release);
+        engine.wake_spare_keeper();
+        keeper.join().unwrap();
     }
 
     #[test]
