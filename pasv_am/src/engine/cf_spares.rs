@@ -64,10 +64,10 @@ const LOW_WATER: usize = 2;
 /// one only once the engine served no request for [`QUIET`]: a creation
 /// takes tens of milliseconds of a core (more with more CFs), and the pool
 /// is topped up right after a schema's DDL, when its load begins (the
-/// TPC-C-like load's nine tables: 230-260 ms of the keeper's CPU during
-/// the load, which took 5.05 s against 4.78 s with the keeper held back;
-/// `src/ipc/HOT_PATH.md` §64). Below it the keeper works as soon as DDL
-/// pauses, so a stream of CREATE TABLEs under load still finds spares.
+/// TPC-C-like schema's nine tables: 92-183 ms of the keeper's CPU during
+/// its load before, 55-137 ms now; `src/ipc/HOT_PATH.md` §64). Below it
+/// the keeper works as soon as DDL pauses, so a stream of CREATE TABLEs
+/// under load still finds spares.
 const REFILL_WHILE_BUSY: usize = SPARE_TARGET / 2;
 
 /// How long a retired CF waits for a quiet engine before the keeper drops
@@ -286,9 +286,10 @@ impl Engine {
     /// Drops retired CFs and keeps [`SPARE_TARGET`] spares ready until
     /// `stop` is set (and [`Engine::wake_spare_keeper`] called): the keeper
     /// thread's body. Tops the pool up once a table has taken a spare or
-    /// found none, and DDL paused (the upper half of the pool only while the
-    /// engine is quiet: [`REFILL_WHILE_BUSY`]); sleeps otherwise. What it leaves undone at a stop (or a
-    /// crash) open finishes: retired CFs are unbound.
+    /// found none and DDL paused (the upper half of the pool only while the
+    /// engine is quiet: [`REFILL_WHILE_BUSY`]); sleeps otherwise. What it
+    /// leaves undone at a stop (or a crash) open finishes: retired CFs are
+    /// unbound.
     pub fn keep_spares(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
             let (wanted, retired) = {
