@@ -240,17 +240,18 @@ impl Engine {
         self.spares.state().ready.len()
     }
 
-    /// Creates spares until `target` are ready (at most `target` new ones);
-    /// returns how many it created. Their numbers are reserved, and the
-    /// counter flushed, under the DDL lock; the CFs are created outside it.
-    pub fn make_spares(&self, target: usize) -> Result<usize, EngineError> {
+    /// [`Engine::create_spares`] without pacing (tests).
+    #[cfg(test)]
+    fn make_spares(&self, target: usize) -> Result<usize, EngineError> {
         self.create_spares(target, || true)
     }
 
-    /// As [`Engine::make_spares`], asking `go_on` before each creation and
-    /// stopping at its first no (before any number is reserved if that is
-    /// the first answer; numbers reserved for the rest are never used: they
-    /// name no CF).
+    /// Creates spares until `target` are ready (at most `target` new ones),
+    /// asking `go_on` before each creation and stopping at its first no;
+    /// returns how many it created. Their numbers are reserved, and the
+    /// counter flushed, under the DDL lock, once `go_on` allowed the first
+    /// creation (numbers reserved for the ones it stopped are never used:
+    /// they name no CF); the CFs are created outside the lock.
     fn create_spares(&self, target: usize, mut go_on: impl FnMut() -> bool) -> Result<usize, EngineError> {
         let missing = target.saturating_sub(self.spares_ready());
         if missing == 0 || !go_on() {
