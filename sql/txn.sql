@@ -114,3 +114,37 @@ SELECT count(*), max(n) FROM wb_log;
 \! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SET enable_seqscan = off" -c "SELECT count(*), sum(qty) FROM wb_stock" -c "SELECT item FROM wb_lines WHERE id = 101"
 DROP TABLE wb_lines, wb_stock, wb_log;
 DROP FUNCTION wb_order(int, int);
+
+-- Two posts in flight (src/ipc/mod.rs, the pair): while the engine holds a
+-- write of this backend (the test hook), the backend's next post goes into
+-- the other slot of its pair, behind the held one, without waiting for it;
+-- a third post waits for the first. Each insert into another indexed table
+-- sends the buffer (its rows' publication covers one table): the one into
+-- pair_b sends pair_a's row, and so on. The first
+-- inserts reserve rowids (requests that wait), so the held ones need none.
+CREATE TABLE pair_a (k int PRIMARY KEY, v text) USING pasv;
+CREATE TABLE pair_b (k int PRIMARY KEY, v text) USING pasv;
+CREATE TABLE pair_c (k int PRIMARY KEY, v text) USING pasv;
+INSERT INTO pair_a VALUES (0, 'first');
+INSERT INTO pair_b VALUES (0, 'first');
+INSERT INTO pair_c VALUES (0, 'first');
+CREATE TEMP TABLE pair_w0 USING heap AS
+    SELECT value AS w FROM pasv.engine_stats() WHERE counter = 'submits_behind_a_posted_request';
+BEGIN;
+SELECT pasv.test_delay_next_write(2000000);
+INSERT INTO pair_a VALUES (1, 'first post, held');
+INSERT INTO pair_b VALUES (1, 'second post');
+INSERT INTO pair_c VALUES (1, 'third post');
+SELECT value - (SELECT w FROM pair_w0) AS waited_with_two_in_flight
+    FROM pasv.engine_stats() WHERE counter = 'submits_behind_a_posted_request';
+INSERT INTO pair_a VALUES (2, 'buffered');
+SELECT value - (SELECT w FROM pair_w0) AS waited_for_the_third
+    FROM pasv.engine_stats() WHERE counter = 'submits_behind_a_posted_request';
+-- Reads see every row, through the row cache and the engine.
+SELECT k, v FROM pair_a ORDER BY k;
+SELECT k, v FROM pair_b WHERE k = 1;
+SET LOCAL enable_seqscan = off;
+SELECT k, v FROM pair_c WHERE k = 1;
+COMMIT;
+\! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT (SELECT count(*) FROM pair_a), (SELECT count(*) FROM pair_b), (SELECT count(*) FROM pair_c)"
+DROP TABLE pair_a, pair_b, pair_c;

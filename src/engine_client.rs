@@ -190,9 +190,10 @@ thread_local! {
     static PENDING: RefCell<Pending> = const { RefCell::new(Pending { xid: None, level: 0, tables: Vec::new(), current: 0, spare: Vec::new() }) };
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
     static ROWIDS: RefCell<FxHashMap<(u32, u32), RowidRange>> = RefCell::new(FxHashMap::default());
-    // The rows the last checked post (a `PutBatch` or `PutBatches`)
-    // changes, while its answer is not taken: see `check_posted_for_row`.
-    static IN_FLIGHT: RefCell<Vec<PostedRows>> = const { RefCell::new(Vec::new()) };
+    // The rows the checked posts (`PutBatch`, `PutBatches`) whose answers
+    // are not taken change, with the posts' tickets: see
+    // `check_posted_for_row`.
+    static IN_FLIGHT: RefCell<Vec<(u64, PostedRows)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The rows a posted `PutBatch` changes: rowids `lo..=hi` of `cf` (all of
@@ -227,23 +228,32 @@ fn key(cf: CfRef) -> (u32, u32) {
     (cf.db, cf.rel)
 }
 
-/// Read the answer of this backend's last posted write (waiting for it if
-/// it is still in flight) and fail if it, or any earlier one of this
-/// transaction, failed. Runs before every request this module sends, so no
-/// posted answer is overwritten unread.
+/// Read the answers of this backend's posted writes (waiting for those
+/// still in flight) and fail if one of them, or any earlier one of this
+/// transaction, failed.
 fn check_posted() -> Result<(), CallError> {
-    IN_FLIGHT.with(|f| f.borrow_mut().clear());
-    if let Some(answer) = client::take_posted_answer()? {
-        match protocol::decode_response(&answer) {
-            Ok(Response::Ok) => {}
-            Ok(Response::Error { code, message }) => {
-                POISON.with(|p| *p.borrow_mut() = Some((code, message.to_string())));
-            }
-            Ok(_) => return Err(CallError::Unexpected("PutBatch")),
-            Err(e) => return Err(CallError::Protocol(e.to_string())),
-        }
+    take_posted(true)
+}
+
+/// Read the answers of this backend's posted writes that are applied, and
+/// fail if one of them, or any earlier one of this transaction, failed;
+/// with `wait`, wait for the rest first. A write still in flight is
+/// checked by a later call (at the latest [`drain`], before the commit).
+fn take_posted(wait: bool) -> Result<(), CallError> {
+    let mut bad = None;
+    let oldest = client::take_posted_answers(wait, |answer| match protocol::decode_response(answer) {
+        Ok(Response::Ok) => {}
+        Ok(Response::Error { code, message }) => POISON.with(|p| {
+            p.borrow_mut().get_or_insert_with(|| (code, message.to_string()));
+        }),
+        Ok(_) => bad = Some(CallError::Unexpected("PutBatch")),
+        Err(e) => bad = Some(CallError::Protocol(e.to_string())),
+    })?;
+    IN_FLIGHT.with(|f| f.borrow_mut().retain(|&(ticket, _)| oldest.is_some_and(|o| ticket >= o)));
+    match bad {
+        Some(e) => Err(e),
+        None => poisoned(),
     }
-    poisoned()
 }
 
 /// Fail if a posted write of this transaction is known to have failed.
@@ -264,7 +274,7 @@ fn poisoned() -> Result<(), CallError> {
 fn check_posted_for_row(cf: CfRef, rowid: u64) -> Result<(), CallError> {
     let elsewhere = IN_FLIGHT.with(|f| {
         let posted = f.borrow();
-        !posted.is_empty() && !posted.iter().any(|rows| rows.touch(cf, rowid))
+        !posted.is_empty() && !posted.iter().any(|(_, rows)| rows.touch(cf, rowid))
     });
     if elsewhere {
         return poisoned();
@@ -286,9 +296,32 @@ fn raw_call<R>(
     req: &Request<'_>,
     read: impl FnOnce(Response<'_>) -> Result<R, CallError>,
 ) -> Result<R, CallError> {
-    let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     crate::replay::wait_for_recovery();
     check_posted()?;
+    send(req, read)
+}
+
+/// As [`raw_call`], for a request that may run behind this backend's posted
+/// writes still in flight (a row lock, a read of rows, a reservation of
+/// rowids): the engine applies them first (`client::call`), and the
+/// backend waits once for both. A posted write that failed fails the call
+/// once its answer is known, after the request ran; what the request did
+/// is then undone with the transaction, as for any failed statement.
+fn queued_call<R>(
+    req: &Request<'_>,
+    read: impl FnOnce(Response<'_>) -> Result<R, CallError>,
+) -> Result<R, CallError> {
+    crate::replay::wait_for_recovery();
+    take_posted(false)?;
+    let result = send(req, read);
+    // Every write posted before the request is applied now.
+    take_posted(false)?;
+    result
+}
+
+/// Send `req` and decode its answer.
+fn send<R>(req: &Request<'_>, read: impl FnOnce(Response<'_>) -> Result<R, CallError>) -> Result<R, CallError> {
+    let available = client::buffer_bytes().ok_or(ChannelError::NotPreloaded)?;
     client::call(
         |out| {
             protocol::encode_request(req, out).map_err(|_| ChannelError::RequestTooLarge {
@@ -581,9 +614,12 @@ pub fn scan_into(
 ) -> Result<ScanCopied, CallError> {
     send_pending_for_range(cf, start, end)?;
     crate::replay::wait_for_recovery();
-    check_posted()?;
+    take_posted(false)?;
     let req = Request::Scan { cf, start, end, max_entries, per_row };
-    client::call(encode_scan(&req), |bytes| copy_entries(bytes, dest))?
+    // Behind this backend's posted writes (`queued_call`).
+    let copied = client::call(encode_scan(&req), |bytes| copy_entries(bytes, dest))?;
+    take_posted(false)?;
+    copied
 }
 
 fn encode_scan<'a>(req: &'a Request<'a>) -> impl FnOnce(&mut [u8]) -> Result<usize, ChannelError> + 'a {
@@ -773,15 +809,15 @@ pub fn remove_dead_rows(cf: CfRef, batch: &BatchBuilder) -> Result<(), CallError
 /// into the encoded request (see [`put_batch_raw`]).
 fn post_put_batch(cf: CfRef, batch: &BatchBuilder, stamp: impl FnOnce(&mut [u8])) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
-    check_posted()?;
-    client::post_checked(|out| {
+    take_posted(false)?;
+    let ticket = client::post_checked(|out| {
         let available = out.len();
         let len = protocol::encode_put_batch(cf, batch, out)
             .map_err(|_| ChannelError::RequestTooLarge { needed: batch.encoded_len(), available })?;
         stamp(&mut out[..len]);
         Ok(len)
     })?;
-    IN_FLIGHT.with(|f| f.borrow_mut().push(PostedRows::of(cf, batch)));
+    IN_FLIGHT.with(|f| f.borrow_mut().push((ticket, PostedRows::of(cf, batch))));
     Ok(())
 }
 
@@ -790,8 +826,8 @@ fn post_put_batch(cf: CfRef, batch: &BatchBuilder, stamp: impl FnOnce(&mut [u8])
 /// carries them all (`pasv_am::protocol::BatchParts`).
 fn put_batches_raw(tables: &[TableRows], owner: i32) -> Result<(), CallError> {
     crate::replay::wait_for_recovery();
-    check_posted()?;
-    client::post_checked(|out| {
+    take_posted(false)?;
+    let ticket = client::post_checked(|out| {
         let available = out.len();
         let too_large = |needed: usize| ChannelError::RequestTooLarge { needed, available };
         protocol::write_put_batches_header(out, tables.len() as u32).map_err(|_| too_large(available + 1))?;
@@ -806,7 +842,7 @@ fn put_batches_raw(tables: &[TableRows], owner: i32) -> Result<(), CallError> {
         }
         Ok(at)
     })?;
-    IN_FLIGHT.with(|f| f.borrow_mut().extend(tables.iter().map(|t| PostedRows::of(t.cf, &t.batch))));
+    IN_FLIGHT.with(|f| f.borrow_mut().extend(tables.iter().map(|t| (ticket, PostedRows::of(t.cf, &t.batch)))));
     Ok(())
 }
 
@@ -934,7 +970,7 @@ pub struct LockOutcome {
 /// `read` > 0 asks for the row's `read` newest versions with the lock.
 pub fn lock_row(cf: CfRef, rowid: u64, xid: u32, mode: LockMode, evict: u32, read: u8) -> Result<LockOutcome, CallError> {
     send_pending_row(cf, rowid)?;
-    raw_call(&Request::LockRow { cf, rowid, xid, mode, evict, read }, |r| match r {
+    queued_call(&Request::LockRow { cf, rowid, xid, mode, evict, read }, |r| match r {
         Response::Lock { granted, already_held, holder, more, versions } => Ok(LockOutcome {
             granted,
             already_held,
@@ -1260,7 +1296,8 @@ fn reserve(cf: CfRef) -> Result<(), CallError> {
     // The last range ended wanting a block start past its end.
     let wanted = last.filter(|&(_, next, end, _, _)| next > end).map(|(_, next, ..)| next);
     let count = chunk + if wanted.is_some() { rows_per_block as u32 } else { 0 };
-    let first = call(&Request::AllocRowids { cf, count }, |r| match r {
+    flush_pending()?;
+    let first = queued_call(&Request::AllocRowids { cf, count }, |r| match r {
         Response::Rowids { first } => Ok(first),
         _ => Err(CallError::Unexpected("AllocRowids")),
     })?;

@@ -53,15 +53,16 @@ fn pg_control_says_crashed() -> bool {
 }
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
-/// Two slots per PGPROC: `MyProc->pgprocno` indexes the main slots, and
-/// the read-ahead slots follow them (`ipc::Channel::ahead_slot`).
+/// Three slots per PGPROC: `MyProc->pgprocno` indexes the main slots, the
+/// read-ahead slots follow them (`ipc::Channel::ahead_slot`), then the main
+/// slots' twins (`ipc::Channel::twin_slot`).
 fn layout() -> Layout {
     // SAFETY: MaxBackends and max_prepared_xacts are final once
     // shmem_request_hook runs (and in every later process).
     let nslots = unsafe {
         pg_sys::MaxBackends as usize + pg_sys::NUM_AUXILIARY_PROCS as usize + max_prepared_xacts as usize
     };
-    Layout::new(2 * nslots, crate::guc::channel_buffer_bytes(), crate::guc::read_ahead_buffer_bytes())
+    Layout::new(3 * nslots, crate::guc::channel_buffer_bytes(), crate::guc::read_ahead_buffer_bytes())
 }
 
 /// # Safety

@@ -10,8 +10,10 @@ write for `us` microseconds, so the window in which a row is logged, its
 index entry inserted, and the row itself not yet in the engine becomes wide
 enough to test deterministically. Each race runs twice: with the writer's
 row still buffered (another session learns of it from the buffer's
-publication, `ipc/buffered_rows.rs`), and posted but held in the engine (the
-writer's insert into a second table sends it; the other session fences):
+publication, `ipc/buffered_rows.rs`), posted but held in the engine (the
+writer's insert into a second table sends it; the other session fences), and
+posted behind another held write of the writer, in the other slot of its
+pair (`ipc/mod.rs`; the fence must wait for a queued write too):
 
 1. read-your-writes: a session reads its own delayed row at once;
 2. a unique check in another session that meets the row's index entry must
@@ -62,8 +64,9 @@ def main():
     setup.execute("CREATE EXTENSION IF NOT EXISTS pasv")
     setup.execute("DROP TABLE IF EXISTS pw")
     setup.execute("CREATE TABLE pw (k int PRIMARY KEY, v text) USING pasv")
-    setup.execute("DROP TABLE IF EXISTS pw_side, pwx, pwe")
+    setup.execute("DROP TABLE IF EXISTS pw_side, pw_q, pwx, pwe")
     setup.execute("CREATE TABLE pw_side (k int) USING pasv")
+    setup.execute("CREATE TABLE pw_q (k int PRIMARY KEY) USING pasv")
     setup.execute("CREATE TABLE pwx (c circle, EXCLUDE USING gist (c WITH &&)) USING pasv")
     setup.execute(
         "CREATE OR REPLACE FUNCTION pw_not_null(int) RETURNS int IMMUTABLE CALLED ON NULL INPUT LANGUAGE plpgsql"
@@ -88,13 +91,32 @@ def main():
 
     def race(key, finish, other_sql, posted, insert="INSERT INTO pw VALUES (%s, 'writer')"):
         """Writer inserts `key` with its write held back (`posted`: sent,
-        else still buffered), another session runs `other_sql`; the writer
-        then ends with `finish`."""
+        else still buffered; "queued": sent behind another held write, and
+        held itself), another session runs `other_sql`; the writer then
+        ends with `finish`."""
         writer = connect()
+        if posted == "queued":
+            # Rowids reserved first: a reservation is a request that would
+            # wait for the held write.
+            writer.execute("BEGIN")
+            writer.execute("INSERT INTO pw_side VALUES (0)")
+            writer.execute("INSERT INTO pw VALUES (%s, 'reserve')", (-key,))
+            writer.execute("INSERT INTO pw_q VALUES (%s)", (-key,))
+            writer.execute("ROLLBACK")
         writer.execute("BEGIN")
         writer.execute("SELECT pasv.test_delay_next_write(400000)")
-        writer.execute(insert, (key,))
-        if posted:
+        if posted == "queued":
+            # pw_side's row goes first (the insert into pw, another table,
+            # sends it) and is held; the insert into pw_q, another indexed
+            # table, sends the writer's row behind it, in the other slot of
+            # the writer's pair (src/ipc/mod.rs), where it is held longer.
+            writer.execute("INSERT INTO pw_side VALUES (1)")
+            writer.execute(insert, (key,))
+            writer.execute("SELECT pasv.test_delay_next_write(1500000)")
+            writer.execute("INSERT INTO pw_q VALUES (%s)", (key,))
+        else:
+            writer.execute(insert, (key,))
+        if posted is True:
             writer.execute("INSERT INTO pw_side VALUES (1)")
         outcome = []
         t = threading.Thread(target=other_insert, args=(other_sql, outcome))
@@ -115,8 +137,8 @@ def main():
         check(row == ("mine",), "a session reads its own posted row at once")
         c.execute("COMMIT")
 
-    for posted, base in ((False, 10), (True, 20)):
-        kind = "posted" if posted else "buffered"
+    for posted, base in ((False, 10), (True, 20), ("queued", 30)):
+        kind = {False: "buffered", True: "posted", "queued": "queued"}[posted]
         # 2. unique check against the insert, writer commits
         waiting, (res, _) = race(base, "COMMIT", f"INSERT INTO pw VALUES ({base}, 'other')", posted)
         check(waiting, f"another session's unique check waits for the writer of a {kind} row")
@@ -159,7 +181,7 @@ def main():
         check(outcome and outcome[0][0] == "ok", f"... and succeeds after the delete commits (got {outcome})")
 
     rows = setup.execute("SELECT k, v FROM pw ORDER BY k").fetchall()
-    expected = [(1, "again")] + [(b + i, w) for b in (10, 20) for i, w in enumerate(("writer", "other", "writer"))]
+    expected = [(1, "again")] + [(b + i, w) for b in (10, 20, 30) for i, w in enumerate(("writer", "other", "writer"))]
     check(rows == expected, f"final rows {rows}")
     dup = setup.execute("SELECT count(*) FROM (SELECT k FROM pw GROUP BY k HAVING count(*) > 1) d").fetchone()[0]
     check(dup == 0, "no duplicate keys")
@@ -167,7 +189,7 @@ def main():
     check(n == 1, f"one circle under the exclusion constraint (got {n})")
     n = setup.execute("SELECT count(*) FROM pwe").fetchone()[0]
     check(n == 1, f"one row under the expression index (got {n})")
-    setup.execute("DROP TABLE pw, pw_side, pwx, pwe")
+    setup.execute("DROP TABLE pw, pw_side, pw_q, pwx, pwe")
     setup.execute("DROP FUNCTION pw_not_null(int)")
     setup.close()
     print(f"{'FAILED' if FAILURES else 'passed'}: {len(FAILURES)} failure(s)")

@@ -17,8 +17,8 @@
 //!   found that entry (under the index page's lock, released after the
 //!   insert) loads `hi` after it and sees the row covered.
 //! * The publication is withdrawn only after the batch holding its rows was
-//!   posted (`client::post_checked`'s SeqCst `SUBMITTED` store): a reader
-//!   that finds the rowid no longer covered then fences
+//!   posted (`client::post_checked`'s SeqCst `SUBMITTED` or `QUEUED`
+//!   store): a reader that finds the rowid no longer covered then fences
 //!   (`client::fence_others`, SeqCst loads) and reads the row from the
 //!   engine.
 //! * The other fields change under `seq` (odd while being written, a

@@ -7,8 +7,9 @@
 //! cancel or terminate, processed by `CHECK_FOR_INTERRUPTS` while waiting
 //! (held off inside commit/abort, where PostgreSQL holds interrupts).
 
-use super::{futex, Channel, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, SUBMITTED};
+use super::{futex, Channel, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, QUEUED, SUBMITTED};
 use pgrx::pg_sys;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -48,11 +49,15 @@ static BUFFER_BYTES: AtomicUsize = AtomicUsize::new(0);
 static AHEAD_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    // A request posted with `post_checked` whose answer nobody has read yet.
-    static CHECK_OUTSTANDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    // The answer of a checked post, kept for `take_posted_answer` when the
-    // slot was needed for the next request before anybody asked.
-    static POSTED_ANSWER: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+    // Which slot of this process's pair took its last request (0: the main
+    // slot, 1: its twin).
+    static LATEST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    // Requests posted with `post_checked` whose answers are still in their
+    // slots, oldest first: (slot, ticket). At most one a slot of the pair.
+    static CHECKED: std::cell::RefCell<VecDeque<(usize, u64)>> = const { std::cell::RefCell::new(VecDeque::new()) };
+    // Answers of checked posts copied aside (their slot was needed for the
+    // next request before anybody asked), oldest first.
+    static KEPT: std::cell::RefCell<VecDeque<Vec<u8>>> = const { std::cell::RefCell::new(VecDeque::new()) };
     // The ticket (and request kind) of the read-ahead (`post_ahead`) whose
     // answer is still in this process's read-ahead slot; ticket 0 when none
     // is: the next read-ahead displaces it.
@@ -63,17 +68,16 @@ thread_local! {
     static BASELINE: std::cell::RefCell<Option<Vec<super::KindStats>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// What process `i`'s two slots have counted, by request kind.
-fn slot_pair_stats(chan: &Channel, i: usize) -> Vec<super::KindStats> {
-    let main = chan.slot(i).stats.snapshot();
-    let ahead = chan.slot(chan.ahead_slot(i)).stats.snapshot();
-    main.iter().zip(&ahead).map(|(m, a)| std::array::from_fn(|j| m[j] + a[j])).collect()
+/// What process `i`'s three slots have counted, by request kind.
+fn own_slots_stats(chan: &Channel, i: usize) -> Vec<super::KindStats> {
+    let [main, ahead, twin] = [i, chan.ahead_slot(i), chan.twin_slot(i)].map(|j| chan.slot(j).stats.snapshot());
+    (0..main.len()).map(|k| std::array::from_fn(|j| main[k][j] + ahead[k][j] + twin[k][j])).collect()
 }
 
 /// This process's own channel counters (its slots', minus earlier owners').
 pub fn my_stats() -> Option<Vec<super::KindStats>> {
     let chan = channel()?;
-    let now = slot_pair_stats(&chan, my_slot(&chan).ok()?);
+    let now = own_slots_stats(&chan, my_slot(&chan).ok()?);
     let base = BASELINE.with(|b| b.borrow().clone()).unwrap_or_else(|| now.clone());
     Some(now.iter().zip(&base).map(|(n, b)| std::array::from_fn(|j| n[j].saturating_sub(b[j]))).collect())
 }
@@ -274,15 +278,17 @@ fn wait_done(chan: &Channel, i: usize) -> Result<bool, ChannelError> {
 
 /// One round trip. `fill` writes the request into the slot buffer and
 /// returns its length; `read` receives the response bytes. Neither may make
-/// another channel call (the buffer is the slot's only one).
+/// another channel call (the buffer is the slot's only one). A request
+/// this backend posted before and the engine has not applied yet is applied
+/// first: the call goes into the other slot of the pair, behind it.
 pub fn call<R>(
     fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
     read: impl FnOnce(&[u8]) -> R,
 ) -> Result<R, ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
-    let i = my_slot(&chan)?;
+    let me = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
-    let kind = submit(&chan, i, fill, Submit::Call)?;
+    let (i, kind) = submit_main(&chan, me, fill, Submit::Call)?;
     answer(&chan, i, kind, read)
 }
 
@@ -320,7 +326,13 @@ pub fn post_ahead(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -
     if AHEAD.with(|a| a.get()).0 != 0 {
         chan.slot(i).stats.ahead_discarded.fetch_add(1, Ordering::Relaxed);
     }
-    let kind = submit(&chan, i, fill, Submit::Ahead)?;
+    note_first_request(&chan)?;
+    if in_flight(&chan, i) {
+        chan.slot(i).stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
+        wait_done(&chan, i)?;
+    }
+    let kind = fill_slot(&chan, i, fill, Submit::Ahead)?;
+    publish(&chan, i);
     let ticket = LAST_TICKET.with(|t| {
         t.set(t.get() + 1);
         t.get()
@@ -345,88 +357,115 @@ pub fn take_ahead<R>(ticket: u64, read: impl FnOnce(&[u8]) -> R) -> Result<Optio
 
 /// Submit a request and do not wait for its answer (fire and forget): for
 /// requests whose outcome the backend does not need, like the flush flags and
-/// row-lock release after a commit. The next `call` or `post` on this slot
-/// first waits for it to be DONE (see the module protocol), so requests from
-/// one backend are still executed in order. Never waits for an engine that is
-/// not running (it is used in commit callbacks, which must not block on a
-/// dead postmaster).
+/// row-lock release after a commit. The engine serves this backend's
+/// requests in the order it sent them (module docs: the pair). Never waits
+/// for an engine that is not running (it is used in commit callbacks, which
+/// must not block on a dead postmaster).
 pub fn post(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<(), ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
-    let i = my_slot(&chan)?;
+    let me = my_slot(&chan)?;
     if !engine_alive(&chan) {
         return Err(ChannelError::EngineDown);
     }
-    submit(&chan, i, fill, Submit::Post).map(|_| ())
+    submit_main(&chan, me, fill, Submit::Post).map(|_| ())
 }
 
 /// Submit a request whose answer matters but need not be waited for now
-/// (a write whose outcome is decided: pipelining). Its answer is kept:
-/// [`take_posted_answer`] returns it, waiting if need be. Requests of one
-/// backend still run in order, so the backend's later reads see the write.
-pub fn post_checked(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<(), ChannelError> {
+/// (a write whose outcome is decided: pipelining). Its answer is kept for
+/// [`take_posted_answers`]. Requests of one backend still run in order, so
+/// the backend's later reads see the write. Returns the post's ticket
+/// (tickets grow with every post).
+pub fn post_checked(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -> Result<u64, ChannelError> {
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
-    let i = my_slot(&chan)?;
+    let me = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
-    submit(&chan, i, fill, Submit::Post)?;
-    CHECK_OUTSTANDING.with(|c| c.set(true));
-    Ok(())
+    let (i, _) = submit_main(&chan, me, fill, Submit::Post)?;
+    let ticket = LAST_TICKET.with(|t| {
+        t.set(t.get() + 1);
+        t.get()
+    });
+    CHECKED.with(|c| c.borrow_mut().push_back((i, ticket)));
+    Ok(ticket)
 }
 
-/// The answer of the last [`post_checked`] request not yet taken, waiting
-/// for it if it is still in flight; `None` if there is none.
-pub fn take_posted_answer() -> Result<Option<Vec<u8>>, ChannelError> {
-    if CHECK_OUTSTANDING.with(|c| c.get()) {
-        let chan = channel().ok_or(ChannelError::NotPreloaded)?;
-        let i = my_slot(&chan)?;
-        wait_done(&chan, i)?;
-        keep_posted_answer(&chan, i);
+/// Hand the answers of this backend's checked posts to `each`, oldest
+/// first, as far as they are applied (all of them, waiting, when `wait`);
+/// returns the ticket of the oldest one still in flight, if any.
+pub fn take_posted_answers(wait: bool, mut each: impl FnMut(&[u8])) -> Result<Option<u64>, ChannelError> {
+    if CHECKED.with(|c| c.borrow().is_empty()) && KEPT.with(|k| k.borrow().is_empty()) {
+        return Ok(None);
     }
-    Ok(POSTED_ANSWER.with(|a| a.borrow_mut().take()))
+    let chan = channel().ok_or(ChannelError::NotPreloaded)?;
+    if wait {
+        // The pair's requests are applied in order: the newest is the last.
+        if let Some(&(i, _)) = CHECKED.with(|c| c.borrow().back().copied()).as_ref() {
+            wait_done(&chan, i)?;
+        }
+    }
+    keep_done_answers(&chan);
+    KEPT.with(|k| {
+        for answer in k.borrow_mut().drain(..) {
+            each(&answer);
+        }
+    });
+    Ok(CHECKED.with(|c| c.borrow().front().map(|&(_, ticket)| ticket)))
 }
 
-/// Whether a request posted now would not wait: this backend's main slot
-/// has no request in flight.
+/// Whether a request posted now would be served at once: this backend's
+/// pair has no request in flight.
 pub fn post_is_free() -> bool {
     let Some(chan) = channel() else { return false };
-    let Ok(i) = my_slot(&chan) else { return false };
-    let state = chan.slot(i).state.load(Ordering::Acquire);
-    state == IDLE || state == DONE
+    let Ok(me) = my_slot(&chan) else { return false };
+    !in_flight(&chan, me) && !in_flight(&chan, chan.twin_slot(me))
 }
 
-/// Wait until this backend's main slot has no request in flight (a posted
-/// write is applied), keeping a checked post's answer for
-/// [`take_posted_answer`]. Never ERRORs (abort callbacks call it, with
+/// Wait until this backend's pair has no request in flight (its posted
+/// writes are applied), keeping checked posts' answers for
+/// [`take_posted_answers`]. Never ERRORs (abort callbacks call it, with
 /// interrupts held): false when the engine is not running or no channel is
 /// mapped.
 pub fn settle() -> bool {
     let Some(chan) = channel() else { return false };
-    let Ok(i) = my_slot(&chan) else { return false };
-    let state = chan.slot(i).state.load(Ordering::Acquire);
-    if state == IDLE || state == DONE {
-        return true;
+    let Ok(me) = my_slot(&chan) else { return false };
+    for i in [me, chan.twin_slot(me)] {
+        if in_flight(&chan, i) && wait_done(&chan, i).is_err() {
+            return false;
+        }
     }
-    if wait_done(&chan, i).is_err() {
-        return false;
-    }
-    keep_posted_answer(&chan, i);
+    keep_done_answers(&chan);
     true
 }
 
-/// Forget a checked post's answer (the transaction aborted: whatever it
+/// Forget checked posts' answers (the transaction aborted: whatever it
 /// wrote is dead).
 pub fn forget_posted_answer() {
-    CHECK_OUTSTANDING.with(|c| c.set(false));
-    POSTED_ANSWER.with(|a| a.borrow_mut().take());
+    CHECKED.with(|c| c.borrow_mut().clear());
+    KEPT.with(|k| k.borrow_mut().clear());
 }
 
-/// Slot `i` is DONE: if its answer belongs to a checked post, copy it aside.
-fn keep_posted_answer(chan: &Channel, i: usize) {
-    if CHECK_OUTSTANDING.with(|c| c.replace(false)) {
-        let n = (chan.slot(i).response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
-        // SAFETY: DONE (waited by the caller): this backend owns the buffer.
-        let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) }.to_vec();
-        POSTED_ANSWER.with(|a| *a.borrow_mut() = Some(answer));
-    }
+/// Copy aside the answers of the checked posts that are applied. They are
+/// the oldest ones (the pair's requests are applied in order), and a slot
+/// about to take a new request holds no answer after this.
+fn keep_done_answers(chan: &Channel) {
+    CHECKED.with(|c| {
+        let mut checked = c.borrow_mut();
+        while let Some(&(i, _)) = checked.front() {
+            if in_flight(chan, i) {
+                break;
+            }
+            checked.pop_front();
+            let n = (chan.slot(i).response_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
+            // SAFETY: DONE (Acquire in `in_flight`): this backend owns the buffer.
+            let answer = unsafe { std::slice::from_raw_parts(chan.buffer_ptr(i), n) }.to_vec();
+            KEPT.with(|k| k.borrow_mut().push_back(answer));
+        }
+    });
+}
+
+/// Whether slot `i` holds a request the engine has not answered yet.
+fn in_flight(chan: &Channel, i: usize) -> bool {
+    let state = chan.slot(i).state.load(Ordering::Acquire);
+    state != IDLE && state != DONE
 }
 
 /// How a request is submitted.
@@ -442,29 +481,80 @@ enum Submit {
     Ahead,
 }
 
-/// Write a request into slot `i` (after any earlier request on it is DONE)
-/// and hand it to the engine; returns the request's kind (its op byte).
-fn submit(
+/// Before this process's first request: note what its slots counted for
+/// earlier owners, and wait for requests an earlier owner left in flight
+/// in its pair (they were sent before anything this process sends).
+fn note_first_request(chan: &Channel) -> Result<(), ChannelError> {
+    if BASELINE.with(|b| b.borrow().is_some()) {
+        return Ok(());
+    }
+    let me = my_slot(chan)?;
+    BASELINE.with(|b| *b.borrow_mut() = Some(own_slots_stats(chan, me)));
+    for i in [me, chan.twin_slot(me)] {
+        if in_flight(chan, i) {
+            chan.slot(i).stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
+            wait_done(chan, i)?;
+        }
+    }
+    Ok(())
+}
+
+/// Write a request into this backend's pair (main slot `me` and its twin)
+/// and hand it to the engine; returns the slot it went into and the
+/// request's kind (its op byte). Into the slot of the last request if that
+/// one is answered; else into the other slot, queued behind it (module
+/// docs: the pair), after that slot's own earlier request is answered.
+fn submit_main(
+    chan: &Channel,
+    me: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
+    how: Submit,
+) -> Result<(usize, usize), ChannelError> {
+    note_first_request(chan)?;
+    let pair = [me, chan.twin_slot(me)];
+    let latest = LATEST.with(|l| l.get());
+    let (at, behind) = if in_flight(chan, pair[latest]) {
+        let older = pair[1 - latest];
+        if in_flight(chan, older) {
+            chan.slot(older).stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
+            wait_done(chan, older)?;
+        }
+        (1 - latest, Some(pair[latest]))
+    } else {
+        (latest, None)
+    };
+    let i = pair[at];
+    keep_done_answers(chan);
+    let kind = fill_slot(chan, i, fill, how)?;
+    LATEST.with(|l| l.set(at));
+    let slot = chan.slot(i);
+    if let Some(ahead) = behind {
+        // SeqCst store, then SeqCst load of the sibling: see the module
+        // docs (the engine thread that stores its DONE loads this state
+        // after it, so one of the two sees the other).
+        slot.state.store(QUEUED, Ordering::SeqCst);
+        let ahead_done = chan.slot(ahead).state.load(Ordering::SeqCst) == DONE;
+        if !ahead_done || slot.state.compare_exchange(QUEUED, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return Ok((i, kind)); // the engine takes it when it answers `ahead`
+        }
+    } else {
+        // Release: the request bytes become visible to the engine's Acquire CAS.
+        slot.state.store(SUBMITTED, Ordering::SeqCst);
+    }
+    ring(chan, i);
+    Ok((i, kind))
+}
+
+/// Write a request into slot `i`, which this backend owns (no request in
+/// flight), with its counters and fields; returns its kind (op byte). The
+/// caller then publishes it.
+fn fill_slot(
     chan: &Channel,
     i: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>,
     how: Submit,
 ) -> Result<usize, ChannelError> {
     let slot = chan.slot(i);
-    BASELINE.with(|b| {
-        if b.borrow().is_none() {
-            *b.borrow_mut() = my_slot(chan).ok().map(|me| slot_pair_stats(chan, me));
-        }
-    });
-    // A request abandoned by an earlier cancel, or posted, may still be in flight.
-    let state = slot.state.load(Ordering::Acquire);
-    if state != IDLE && state != DONE {
-        slot.stats.waited_for_previous.fetch_add(1, Ordering::Relaxed);
-        wait_done(chan, i)?;
-    }
-    if how != Submit::Ahead {
-        keep_posted_answer(chan, i);
-    }
     // SAFETY: the slot is IDLE or DONE, so this backend owns the buffer.
     let out = unsafe { std::slice::from_raw_parts_mut(chan.buffer_ptr(i), chan.buffer_len(i)) };
     let len = fill(out)?;
@@ -477,9 +567,21 @@ fn submit(
     slot.seq.fetch_add(1, Ordering::SeqCst);
     // SAFETY: reading our own pid global.
     slot.owner_pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
-    let h = chan.header();
+    Ok(kind)
+}
+
+/// Hand slot `i`'s filled request to the engine: SUBMITTED, its bit in the
+/// submitted bitmap, the doorbell, and a wake if every service thread sleeps.
+fn publish(chan: &Channel, i: usize) {
     // Release: the request bytes become visible to the engine's Acquire CAS.
-    slot.state.store(SUBMITTED, Ordering::SeqCst);
+    chan.slot(i).state.store(SUBMITTED, Ordering::SeqCst);
+    ring(chan, i);
+}
+
+/// Slot `i` is SUBMITTED: set its bit, ring the doorbell, wake a service
+/// thread if none is awake to see it.
+fn ring(chan: &Channel, i: usize) {
+    let h = chan.header();
     // After the state: an engine thread that takes the bit sees SUBMITTED.
     chan.submitted_word(i / 64).fetch_or(1 << (i % 64), Ordering::SeqCst);
     h.doorbell.fetch_add(1, Ordering::SeqCst);
@@ -487,7 +589,6 @@ fn submit(
         futex::wake(&h.doorbell, 1);
         h.count(super::EngineStat::DoorbellWakes);
     }
-    Ok(kind)
 }
 
 /// Wait until every request other backends had posted and not yet seen
@@ -505,7 +606,7 @@ pub fn fence_others() -> Result<(), ChannelError> {
             // Sequence first: a request submitted after this read has a
             // newer sequence, and one answered before it left the state.
             let seq = slot.seq.load(Ordering::SeqCst);
-            let in_flight = matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED);
+            let in_flight = matches!(slot.state.load(Ordering::SeqCst), SUBMITTED | QUEUED | super::CLAIMED);
             (in_flight && slot.posted.load(Ordering::SeqCst) != 0).then_some((j, seq))
         })
         .collect();
@@ -514,7 +615,7 @@ pub fn fence_others() -> Result<(), ChannelError> {
         in_flight.retain(|&(j, seq)| {
             let slot = chan.slot(j);
             slot.seq.load(Ordering::SeqCst) == seq
-                && matches!(slot.state.load(Ordering::SeqCst), super::SUBMITTED | super::CLAIMED)
+                && matches!(slot.state.load(Ordering::SeqCst), SUBMITTED | QUEUED | super::CLAIMED)
         });
         if in_flight.is_empty() {
             break;

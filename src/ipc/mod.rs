@@ -5,12 +5,15 @@
 //! # Layout
 //! ```text
 //! ChannelHeader | SlotHeader × nslots (64-byte aligned) | submitted bitmap (one 64-bit word per
-//!   64 slots, each word on a cache line of its own) | main buffer × nslots/2 (buffer_bytes each,
-//!   4 KiB aligned) | read-ahead buffer × nslots/2 (ahead_bytes each)
+//!   64 slots, each word on a cache line of its own) | main buffer × procs (buffer_bytes each,
+//!   4 KiB aligned) | read-ahead buffer × procs (ahead_bytes each) | twin buffer × procs
+//!   (buffer_bytes each); procs = nslots / 3
 //! ```
-//! Each process has two slots: its main one, whose index is its `PGPROC`
-//! number (`MyProc->pgprocno`), and its read-ahead slot, `nslots / 2`
-//! further on, which carries only scans' read-aheads. A backend never
+//! Each process has three slots: its main one, whose index is its `PGPROC`
+//! number (`MyProc->pgprocno`); its read-ahead slot, `procs` further on,
+//! which carries only scans' read-aheads; and the main slot's *twin*,
+//! `2 × procs` on, which takes the next request while the main slot's is
+//! in flight (and the other way round): the *pair*. A backend never
 //! competes for its slots. A read-ahead slot's buffer is larger than a main
 //! one (`pasv.read_ahead_buffer_size`): a scan's batch size is its buffer's,
 //! and a long scan pays the engine's per-answer costs (a claim, a wake, a
@@ -46,10 +49,27 @@
 //!   `SUBMITTED`/`CLAIMED`; its next request first waits for that stale
 //!   request to finish (`DONE`) and discards the answer.
 //! * A backend may leave a request unwaited: a *post* (a write whose outcome
-//!   is decided; its answer is copied aside when the next request needs the
-//!   buffer; `posted` is 1 so other backends' fences wait for it). The next
-//!   submit waits for `DONE` first, so the requests of one backend's main
-//!   slot run in the order it sent them.
+//!   is decided; its answer is copied aside when its slot is needed again;
+//!   `posted` is 1 so other backends' fences wait for it).
+//! * The pair: a request submitted while the backend's last one is still in
+//!   flight goes into the other slot of the pair *behind* it, so two posts
+//!   (or a post and the call after it) are in flight at once, and the
+//!   engine still serves one backend's requests one at a time, in the order
+//!   they were sent. (A third request waits for the older slot's `DONE`.)
+//!   ```text
+//!   state:  IDLE/DONE ──backend──► QUEUED ──┬─ engine CAS, having stored DONE in the sibling ──► CLAIMED ──► DONE
+//!                                           └─ backend CAS, having seen the sibling DONE ──► SUBMITTED (as above)
+//!   ```
+//!   The backend stores `QUEUED` (SeqCst, after the request bytes and
+//!   fields, as `SUBMITTED` is stored), then loads the sibling's state
+//!   (SeqCst); the engine thread that serves the sibling stores `DONE`
+//!   (SeqCst), then loads the queued slot's state (SeqCst). So at least one
+//!   of them sees the other's store, and whichever wins the CAS from
+//!   `QUEUED` hands the request on: the engine thread serves it at once
+//!   (Acquire CAS: the request is visible), or the backend submits it as
+//!   any other (bitmap bit, doorbell). A queued request is in flight for
+//!   every purpose (fences, waits); nothing else ever moves a slot out of
+//!   `QUEUED`.
 //! * A *read-ahead* (a scan's next batch) goes into the read-ahead slot and
 //!   may run beside the main slot's requests, in any order with them. That
 //!   is sound only for what the reader cannot see: see
@@ -71,6 +91,8 @@ pub const IDLE: u32 = 0;
 pub const SUBMITTED: u32 = 1;
 pub const CLAIMED: u32 = 2;
 pub const DONE: u32 = 3;
+/// Held back until the other slot of the pair is DONE (module docs).
+pub const QUEUED: u32 = 4;
 
 /// How many databases can use pasv at once (one replay worker and slot each).
 pub const MAX_DATABASES: usize = 64;
@@ -351,8 +373,8 @@ impl Layout {
         let submitted_offset = slots_offset + nslots * std::mem::size_of::<SlotHeader>();
         let submitted_bytes = nslots.div_ceil(64) * std::mem::size_of::<OwnLine<AtomicU64>>();
         let buffers_offset = align_up(submitted_offset + submitted_bytes, BUFFER_ALIGN);
-        let procs = nslots / 2;
-        let total = buffers_offset + procs * buffer_bytes + (nslots - procs) * ahead_bytes + BUFFER_ALIGN;
+        let procs = nslots / 3;
+        let total = buffers_offset + procs * (2 * buffer_bytes + ahead_bytes) + BUFFER_ALIGN;
         Layout { nslots, buffer_bytes, ahead_bytes, slots_offset, submitted_offset, buffers_offset, total }
     }
 }
@@ -408,15 +430,32 @@ impl Channel {
         self.layout.nslots
     }
 
-    /// Processes with slots: each has a main slot below this number and a
-    /// read-ahead slot at [`Channel::ahead_slot`].
+    /// Processes with slots: each has a main slot below this number, a
+    /// read-ahead slot at [`Channel::ahead_slot`] and the main slot's twin
+    /// at [`Channel::twin_slot`].
     pub fn procs(&self) -> usize {
-        self.layout.nslots / 2
+        self.layout.nslots / 3
     }
 
     /// The read-ahead slot of the process whose main slot is `i`.
     pub fn ahead_slot(&self, i: usize) -> usize {
         i + self.procs()
+    }
+
+    /// The twin of main slot `i`: the other slot of its pair.
+    pub fn twin_slot(&self, i: usize) -> usize {
+        i + 2 * self.procs()
+    }
+
+    /// The other slot of slot `i`'s pair, if `i` is a main slot or a twin
+    /// (read-ahead slots have none).
+    pub fn sibling(&self, i: usize) -> Option<usize> {
+        let procs = self.procs();
+        match i / procs.max(1) {
+            0 => Some(i + 2 * procs),
+            2 => Some(i - 2 * procs),
+            _ => None,
+        }
     }
 
     /// The size of a main slot's buffer: one request, or one answer to it.
@@ -431,10 +470,10 @@ impl Channel {
 
     /// The size of slot `i`'s buffer.
     pub fn buffer_len(&self, i: usize) -> usize {
-        if i < self.procs() {
-            self.layout.buffer_bytes
-        } else {
+        if (self.procs()..2 * self.procs()).contains(&i) {
             self.layout.ahead_bytes
+        } else {
+            self.layout.buffer_bytes
         }
     }
 
@@ -470,10 +509,13 @@ impl Channel {
     pub(crate) fn buffer_ptr(&self, i: usize) -> *mut u8 {
         assert!(i < self.layout.nslots, "slot {i} out of range");
         let procs = self.procs();
+        let (main, ahead) = (self.layout.buffer_bytes, self.layout.ahead_bytes);
         let offset = if i < procs {
-            i * self.layout.buffer_bytes
+            i * main
+        } else if i < 2 * procs {
+            procs * main + (i - procs) * ahead
         } else {
-            procs * self.layout.buffer_bytes + (i - procs) * self.layout.ahead_bytes
+            procs * (main + ahead) + (i - 2 * procs) * main
         };
         // SAFETY: in range of the region computed by Layout.
         unsafe { self.base.add(self.layout.buffers_offset + offset) }

@@ -4,7 +4,7 @@
 //! invariant 6). It touches only the channel's atomics and buffers and calls
 //! the handler, which is pure Rust (`pasv_am::server::handle`).
 
-use super::{futex, Channel, CLAIMED, DONE, SUBMITTED};
+use super::{futex, Channel, CLAIMED, DONE, QUEUED, SUBMITTED};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -72,8 +72,13 @@ pub fn serve(
                 if word.fetch_and(!bit, Ordering::SeqCst) & bit == 0 {
                     continue; // another service thread took it
                 }
-                serve_slot(chan, w * 64 + bit.trailing_zeros() as usize, &mut request, &mut handle);
-                after_reply();
+                let mut next = claim(chan, w * 64 + bit.trailing_zeros() as usize);
+                // The request queued behind the one served, if any, follows
+                // at once (ipc module docs: the pair).
+                while let Some(i) = next {
+                    next = serve_claimed(chan, i, &mut request, &mut handle);
+                    after_reply();
+                }
                 served_any = true;
             }
         }
@@ -186,27 +191,27 @@ impl AdaptiveSpin {
     }
 }
 
-/// Claim slot `i`, whose bit this thread took from the submitted bitmap,
-/// run its request and publish the answer.
-fn serve_slot(
+/// Claim slot `i`, whose bit this thread took from the submitted bitmap.
+fn claim(chan: Channel, i: usize) -> Option<usize> {
+    // Acquire pairs with the backend's Release store of SUBMITTED. The CAS
+    // cannot fail (module protocol: a set bit is one unclaimed request);
+    // if it ever did, the request would be someone else's to serve.
+    let claimed = chan.slot(i).state.compare_exchange(SUBMITTED, CLAIMED, Ordering::Acquire, Ordering::Relaxed);
+    debug_assert!(claimed.is_ok(), "slot {i} had its submitted bit without being SUBMITTED");
+    claimed.is_ok().then_some(i)
+}
+
+/// Run the request of slot `i`, which this thread claimed, and publish the
+/// answer; then claim the request queued behind it in the other slot of
+/// the pair, if there is one, and return that slot.
+fn serve_claimed(
     chan: Channel,
     i: usize,
     request: &mut Vec<u8>,
     handle: &mut impl FnMut(&[u8], &mut [u8]) -> usize,
-) {
+) -> Option<usize> {
     let header = chan.header();
     let slot = chan.slot(i);
-    // Acquire pairs with the backend's Release store of SUBMITTED. The CAS
-    // cannot fail (module protocol: a set bit is one unclaimed request);
-    // if it ever did, the request would be someone else's to serve.
-    if slot
-        .state
-        .compare_exchange(SUBMITTED, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        debug_assert!(false, "slot {i} had its submitted bit without being SUBMITTED");
-        return;
-    }
     let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
     let buf = chan.buffer_ptr(i);
     request.clear();
@@ -230,6 +235,13 @@ fn serve_slot(
         header.count(super::EngineStat::BackendWakes);
     }
     header.count(super::EngineStat::Served);
+    // After the SeqCst DONE store: a backend that queued a request behind
+    // this one and did not see DONE is seen here (module docs: the pair).
+    // Acquire pairs with its QUEUED store, so the request is visible.
+    let sibling = chan.sibling(i)?;
+    let queued = chan.slot(sibling).state.load(Ordering::SeqCst) == QUEUED
+        && chan.slot(sibling).state.compare_exchange(QUEUED, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok();
+    queued.then_some(sibling)
 }
 
 /// Wake every sleeping service thread (shutdown).
