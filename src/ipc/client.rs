@@ -7,7 +7,7 @@
 //! cancel or terminate, processed by `CHECK_FOR_INTERRUPTS` while waiting
 //! (held off inside commit/abort, where PostgreSQL holds interrupts).
 
-use super::{futex, Channel, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, QUEUED, SUBMITTED};
+use super::{futex, is_queued, queued_behind, Channel, CLAIMED, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, SUBMITTED};
 use pgrx::pg_sys;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -532,9 +532,11 @@ fn submit_main(
         // SeqCst store, then SeqCst load of the sibling: see the module
         // docs (the engine thread that stores its DONE loads this state
         // after it, so one of the two sees the other).
-        slot.state.store(QUEUED, Ordering::SeqCst);
+        // This backend wrote `ahead`'s sequence: its own store.
+        let queued = queued_behind(chan.slot(ahead).seq.load(Ordering::Relaxed));
+        slot.state.store(queued, Ordering::SeqCst);
         let ahead_done = chan.slot(ahead).state.load(Ordering::SeqCst) == DONE;
-        if !ahead_done || slot.state.compare_exchange(QUEUED, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        if !ahead_done || slot.state.compare_exchange(queued, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             return Ok((i, kind)); // the engine takes it when it answers `ahead`
         }
     } else {
@@ -606,7 +608,8 @@ pub fn fence_others() -> Result<(), ChannelError> {
             // Sequence first: a request submitted after this read has a
             // newer sequence, and one answered before it left the state.
             let seq = slot.seq.load(Ordering::SeqCst);
-            let in_flight = matches!(slot.state.load(Ordering::SeqCst), SUBMITTED | QUEUED | super::CLAIMED);
+            let state = slot.state.load(Ordering::SeqCst);
+            let in_flight = matches!(state, SUBMITTED | CLAIMED) || is_queued(state);
             (in_flight && slot.posted.load(Ordering::SeqCst) != 0).then_some((j, seq))
         })
         .collect();
@@ -614,8 +617,8 @@ pub fn fence_others() -> Result<(), ChannelError> {
     while !in_flight.is_empty() {
         in_flight.retain(|&(j, seq)| {
             let slot = chan.slot(j);
-            slot.seq.load(Ordering::SeqCst) == seq
-                && matches!(slot.state.load(Ordering::SeqCst), SUBMITTED | QUEUED | super::CLAIMED)
+            let state = slot.state.load(Ordering::SeqCst);
+            slot.seq.load(Ordering::SeqCst) == seq && (matches!(state, SUBMITTED | CLAIMED) || is_queued(state))
         });
         if in_flight.is_empty() {
             break;

@@ -60,16 +60,18 @@
 //!   state:  IDLE/DONE ──backend──► QUEUED ──┬─ engine CAS, having stored DONE in the sibling ──► CLAIMED ──► DONE
 //!                                           └─ backend CAS, having seen the sibling DONE ──► SUBMITTED (as above)
 //!   ```
-//!   The backend stores `QUEUED` (SeqCst, after the request bytes and
+//!   The backend stores `QUEUED`, tagged with the sequence of the request
+//!   it waits for (`queued_behind`; SeqCst, after the request bytes and
 //!   fields, as `SUBMITTED` is stored), then loads the sibling's state
 //!   (SeqCst); the engine thread that serves the sibling stores `DONE`
 //!   (SeqCst), then loads the queued slot's state (SeqCst). So at least one
-//!   of them sees the other's store, and whichever wins the CAS from
-//!   `QUEUED` hands the request on: the engine thread serves it at once
-//!   (Acquire CAS: the request is visible), or the backend submits it as
-//!   any other (bitmap bit, doorbell). A queued request is in flight for
-//!   every purpose (fences, waits); nothing else ever moves a slot out of
-//!   `QUEUED`.
+//!   of them sees the other's store, and whichever wins the CAS from that
+//!   tagged value hands the request on: the engine thread serves it at
+//!   once (Acquire CAS: the request is visible), or the backend submits it
+//!   as any other (bitmap bit, doorbell). The engine's CAS expects the tag
+//!   of the request it answered, so it never takes a later request queued
+//!   behind a later one. A queued request is in flight for every purpose
+//!   (fences, waits); nothing else ever moves a slot out of `QUEUED`.
 //! * A *read-ahead* (a scan's next batch) goes into the read-ahead slot and
 //!   may run beside the main slot's requests, in any order with them. That
 //!   is sound only for what the reader cannot see: see
@@ -91,8 +93,26 @@ pub const IDLE: u32 = 0;
 pub const SUBMITTED: u32 = 1;
 pub const CLAIMED: u32 = 2;
 pub const DONE: u32 = 3;
-/// Held back until the other slot of the pair is DONE (module docs).
+/// Held back until the other slot of the pair is DONE (module docs): the
+/// low byte of a queued slot's state; the rest is the tag of the request
+/// it waits for ([`queued_behind`]).
 pub const QUEUED: u32 = 4;
+
+/// The state of a slot whose request waits for the request with sequence
+/// `seq` in the other slot of its pair. The tag makes the engine's CAS
+/// from it fail unless the request it just answered is that one: a
+/// service thread delayed between its DONE store and its look at the
+/// sibling (a futex wake, a preemption) would otherwise find a later
+/// request queued behind a later one and serve it first (seen: TPC-B at 8
+/// clients, a checked post's answer read from a slot reused meanwhile).
+pub fn queued_behind(seq: u32) -> u32 {
+    QUEUED | (seq << 8)
+}
+
+/// Whether `state` is a queued one ([`queued_behind`]).
+pub fn is_queued(state: u32) -> bool {
+    state & 0xff == QUEUED
+}
 
 /// How many databases can use pasv at once (one replay worker and slot each).
 pub const MAX_DATABASES: usize = 64;

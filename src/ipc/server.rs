@@ -4,7 +4,7 @@
 //! invariant 6). It touches only the channel's atomics and buffers and calls
 //! the handler, which is pure Rust (`pasv_am::server::handle`).
 
-use super::{futex, Channel, CLAIMED, DONE, QUEUED, SUBMITTED};
+use super::{futex, queued_behind, Channel, CLAIMED, DONE, SUBMITTED};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -212,6 +212,9 @@ fn serve_claimed(
 ) -> Option<usize> {
     let header = chan.header();
     let slot = chan.slot(i);
+    // Written before the request was handed over (SUBMITTED, or the tagged
+    // QUEUED this thread took): the request's own sequence.
+    let seq = slot.seq.load(Ordering::Relaxed);
     let len = (slot.request_len.load(Ordering::Relaxed) as usize).min(chan.buffer_len(i));
     let buf = chan.buffer_ptr(i);
     request.clear();
@@ -238,9 +241,12 @@ fn serve_claimed(
     // After the SeqCst DONE store: a backend that queued a request behind
     // this one and did not see DONE is seen here (module docs: the pair).
     // Acquire pairs with its QUEUED store, so the request is visible.
+    // Only a request queued behind this one: the tag is this request's
+    // sequence (`super::queued_behind`).
     let sibling = chan.sibling(i)?;
-    let queued = chan.slot(sibling).state.load(Ordering::SeqCst) == QUEUED
-        && chan.slot(sibling).state.compare_exchange(QUEUED, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok();
+    let behind_me = queued_behind(seq);
+    let queued = chan.slot(sibling).state.load(Ordering::SeqCst) == behind_me
+        && chan.slot(sibling).state.compare_exchange(behind_me, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok();
     queued.then_some(sibling)
 }
 
