@@ -398,7 +398,7 @@ pub fn take_posted_answers(wait: bool, mut each: impl FnMut(&[u8])) -> Result<Op
     let chan = channel().ok_or(ChannelError::NotPreloaded)?;
     if wait {
         // The pair's requests are applied in order: the newest is the last.
-        if let Some(&(i, _)) = CHECKED.with(|c| c.borrow().back().copied()).as_ref() {
+        if let Some((i, _)) = CHECKED.with(|c| c.borrow().back().copied()) {
             wait_done(&chan, i)?;
         }
     }

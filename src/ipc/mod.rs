@@ -46,8 +46,8 @@
 //!   no thread is polling (`idle_pollers`, SeqCst on both sides; a poller
 //!   read `seen` before it polled, so it cannot sleep through the submit).
 //! * A backend interrupted while waiting (query cancel) leaves its slot
-//!   `SUBMITTED`/`CLAIMED`; its next request first waits for that stale
-//!   request to finish (`DONE`) and discards the answer.
+//!   in flight; its next request queues behind that stale one (the pair,
+//!   below) or waits for it, and its answer is discarded.
 //! * A backend may leave a request unwaited: a *post* (a write whose outcome
 //!   is decided; its answer is copied aside when its slot is needed again;
 //!   `posted` is 1 so other backends' fences wait for it).
