@@ -333,10 +333,7 @@ pub fn post_ahead(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>) -
     }
     let kind = fill_slot(&chan, i, fill, Submit::Ahead)?;
     publish(&chan, i);
-    let ticket = LAST_TICKET.with(|t| {
-        t.set(t.get() + 1);
-        t.get()
-    });
+    let ticket = next_ticket();
     AHEAD.with(|a| a.set((ticket, kind)));
     Ok(ticket)
 }
@@ -380,10 +377,7 @@ pub fn post_checked(fill: impl FnOnce(&mut [u8]) -> Result<usize, ChannelError>)
     let me = my_slot(&chan)?;
     wait_engine_ready(&chan)?;
     let (i, _) = submit_main(&chan, me, fill, Submit::Post)?;
-    let ticket = LAST_TICKET.with(|t| {
-        t.set(t.get() + 1);
-        t.get()
-    });
+    let ticket = next_ticket();
     CHECKED.with(|c| c.borrow_mut().push_back((i, ticket)));
     Ok(ticket)
 }
@@ -466,6 +460,14 @@ fn keep_done_answers(chan: &Channel) {
 fn in_flight(chan: &Channel, i: usize) -> bool {
     let state = chan.slot(i).state.load(Ordering::Acquire);
     state != IDLE && state != DONE
+}
+
+/// A new ticket for a read-ahead or a checked post (they grow, never 0).
+fn next_ticket() -> u64 {
+    LAST_TICKET.with(|t| {
+        t.set(t.get() + 1);
+        t.get()
+    })
 }
 
 /// How a request is submitted.
