@@ -7,7 +7,7 @@
 //! cancel or terminate, processed by `CHECK_FOR_INTERRUPTS` while waiting
 //! (held off inside commit/abort, where PostgreSQL holds interrupts).
 
-use super::{futex, is_queued, queued_behind, Channel, CLAIMED, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, SUBMITTED};
+use super::{futex, queued_behind, Channel, DONE, ENGINE_FAILED, ENGINE_READY, IDLE, SUBMITTED};
 use pgrx::pg_sys;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -458,7 +458,12 @@ fn keep_done_answers(chan: &Channel) {
 
 /// Whether slot `i` holds a request the engine has not answered yet.
 fn in_flight(chan: &Channel, i: usize) -> bool {
-    let state = chan.slot(i).state.load(Ordering::Acquire);
+    is_in_flight(chan.slot(i).state.load(Ordering::Acquire))
+}
+
+/// Whether a slot in `state` holds an unanswered request (submitted,
+/// queued or claimed).
+fn is_in_flight(state: u32) -> bool {
     state != IDLE && state != DONE
 }
 
@@ -541,11 +546,10 @@ fn submit_main(
         if !ahead_done || slot.state.compare_exchange(queued, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             return Ok((i, kind)); // the engine takes it when it answers `ahead`
         }
+        ring(chan, i);
     } else {
-        // Release: the request bytes become visible to the engine's Acquire CAS.
-        slot.state.store(SUBMITTED, Ordering::SeqCst);
+        publish(chan, i);
     }
-    ring(chan, i);
     Ok((i, kind))
 }
 
@@ -610,8 +614,7 @@ pub fn fence_others() -> Result<(), ChannelError> {
             // Sequence first: a request submitted after this read has a
             // newer sequence, and one answered before it left the state.
             let seq = slot.seq.load(Ordering::SeqCst);
-            let state = slot.state.load(Ordering::SeqCst);
-            let in_flight = matches!(state, SUBMITTED | CLAIMED) || is_queued(state);
+            let in_flight = is_in_flight(slot.state.load(Ordering::SeqCst));
             (in_flight && slot.posted.load(Ordering::SeqCst) != 0).then_some((j, seq))
         })
         .collect();
@@ -619,8 +622,7 @@ pub fn fence_others() -> Result<(), ChannelError> {
     while !in_flight.is_empty() {
         in_flight.retain(|&(j, seq)| {
             let slot = chan.slot(j);
-            let state = slot.state.load(Ordering::SeqCst);
-            slot.seq.load(Ordering::SeqCst) == seq && (matches!(state, SUBMITTED | CLAIMED) || is_queued(state))
+            slot.seq.load(Ordering::SeqCst) == seq && is_in_flight(slot.state.load(Ordering::SeqCst))
         });
         if in_flight.is_empty() {
             break;

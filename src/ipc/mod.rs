@@ -109,11 +109,6 @@ pub fn queued_behind(seq: u32) -> u32 {
     QUEUED | (seq << 8)
 }
 
-/// Whether `state` is a queued one ([`queued_behind`]).
-pub fn is_queued(state: u32) -> bool {
-    state & 0xff == QUEUED
-}
-
 /// How many databases can use pasv at once (one replay worker and slot each).
 pub const MAX_DATABASES: usize = 64;
 
