@@ -148,3 +148,25 @@ SELECT k, v FROM pair_c WHERE k = 1;
 COMMIT;
 \! "$PASV_PG_BIN/psql" -X -q -At -d "$PASV_TEST_DB" -c "SELECT (SELECT count(*) FROM pair_a), (SELECT count(*) FROM pair_b), (SELECT count(*) FROM pair_c)"
 DROP TABLE pair_a, pair_b, pair_c;
+
+-- The planner's size of a table is read behind this backend's posted
+-- writes and leaves its buffered rows buffered (engine_client::
+-- estimated_size): planning a query of a table whose size is not known yet
+-- asks the engine (one cf_info call) and sends no rows. As a strict call it
+-- sent the buffer first (one put_batch post more). (A query that plans the
+-- table without reading it: a scan, or any utility statement such as
+-- EXPLAIN, sends the buffer itself.)
+CREATE TABLE est_rows (k int, v text) USING pasv;
+CREATE TABLE est_sized (k int, v text) USING pasv;
+BEGIN;
+INSERT INTO est_rows VALUES (1, 'buffered');
+SELECT coalesce(sum(calls) FILTER (WHERE request = 'cf_info'), 0) AS info0,
+       coalesce(sum(posted) FILTER (WHERE request = 'put_batch'), 0) AS posts0
+    FROM pasv.channel_stats('backend') \gset
+SELECT * FROM est_sized WHERE false;
+SELECT coalesce(sum(calls) FILTER (WHERE request = 'cf_info'), 0) - :info0 AS size_calls,
+       coalesce(sum(posted) FILTER (WHERE request = 'put_batch'), 0) - :posts0 AS rows_sent
+    FROM pasv.channel_stats('backend');
+COMMIT;
+SELECT k, v FROM est_rows;
+DROP TABLE est_rows, est_sized;

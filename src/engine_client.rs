@@ -442,7 +442,11 @@ const ESTIMATE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The table's size as the planner sees it: from the engine, reused for
 /// [`ESTIMATE_TTL`] unless this backend reserved rowids meanwhile, and never
-/// below the rowids this backend has used.
+/// below the rowids this backend has used. The engine's figures are read
+/// behind this backend's posted writes and without sending its buffered
+/// rows: the rowids those use count through `own_end`, and an estimate
+/// needs nothing else of them. (As a strict call it waited for every post
+/// first: 38 of the TPC-C-like mix's 761 backend waits, HOT_PATH §65.)
 pub fn estimated_size(cf: CfRef) -> Result<SizeEstimate, CallError> {
     let now = std::time::Instant::now();
     let cached = ESTIMATES.with(|e| {
@@ -453,7 +457,8 @@ pub fn estimated_size(cf: CfRef) -> Result<SizeEstimate, CallError> {
     if let Some(n) = cached {
         return Ok(SizeEstimate { rows: n.rows.max(own_end), ..n });
     }
-    let info = cf_info(cf)?;
+    settle_owed();
+    let info = info_behind_posts(&Request::CfInfo(cf))?;
     let n = SizeEstimate { rows: info.size_end.max(own_end), size_end: info.size_end, entries: info.entries };
     ESTIMATES.with(|e| {
         let mut e = e.borrow_mut();
@@ -481,12 +486,22 @@ pub fn trim_size(cf: CfRef) -> Result<CfInfo, CallError> {
 }
 
 fn info_call(request: &Request<'_>) -> Result<CfInfo, CallError> {
-    call(request, |r| match r {
+    call(request, read_cf_info)
+}
+
+/// As [`info_call`], sent behind this backend's posted writes
+/// ([`queued_call`]) and leaving its buffered rows where they are.
+fn info_behind_posts(request: &Request<'_>) -> Result<CfInfo, CallError> {
+    queued_call(request, read_cf_info)
+}
+
+fn read_cf_info(r: Response<'_>) -> Result<CfInfo, CallError> {
+    match r {
         Response::CfInfo { next_rowid, approx_keys, approx_bytes, entries, size_end } => {
             Ok(CfInfo { next_rowid, approx_keys, approx_bytes, entries, size_end })
         }
         _ => Err(CallError::Unexpected("CfInfo")),
-    })
+    }
 }
 
 /// Every table CF the engine has: (db, rel, CF name), and whether the list
