@@ -12,9 +12,10 @@
 //! * A request is not executed when its answer could not be written (a
 //!   response buffer shorter than [`MIN_RESPONSE_LEN`]): `handle` returns 0.
 //! * Work a request leaves for later ([`after_reply`]: warming the row
-//!   cache around a missed row) runs only after the answer is published, on
-//!   the same thread, and never changes what any answer says (it only fills
-//!   the row cache, under the cache's ticket rule).
+//!   cache around a missed row, raising a rowid floor an allocation came
+//!   near) runs only after the answer is published, on the same thread, and
+//!   never changes what any answer says (it only fills the row cache, under
+//!   the cache's ticket rule, or moves a durable floor further ahead).
 //! * Scan paging: a scan stops when the next entry does not fit or
 //!   `max_entries` is reached, and answers `more = true`; the client resumes
 //!   with `start` = the last key returned ‖ `0x00` (its immediate successor in
@@ -52,11 +53,13 @@ thread_local! {
 const WARM_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Work the last request left for after its answer was published, so the
-/// backend does not wait for it: caching the run of rows around a row
-/// whose one-row read missed the cache, read with tickets like any fill
-/// (`row_cache.rs` invariants) and installed into free ways only. Errors
-/// and panics are dropped: the cache is only a hint.
+/// backend does not wait for it: raising the rowid floors its allocations
+/// came near (`Engine::raise_floors_ahead`), and caching the run of rows
+/// around a row whose one-row read missed the cache, read with tickets like
+/// any fill (`row_cache.rs` invariants) and installed into free ways only.
+/// Errors and panics of the warming are dropped: the cache is only a hint.
 pub fn after_reply(engine: &Engine) {
+    engine.raise_floors_ahead();
     let Some((cf, (lo, hi))) = TO_WARM.with(|w| w.take()) else { return };
     let Some(cache) = engine.row_cache() else { return };
     let _ = catch_unwind(AssertUnwindSafe(|| {

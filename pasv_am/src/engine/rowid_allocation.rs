@@ -9,7 +9,11 @@
 //! Invariants:
 //! * `next_rowid` is above every rowid in the CF and every rowid handed out
 //!   before, across crashes too. Three rules give this: allocation stays
-//!   below the durable floor, which is raised and flushed ahead of it; `open`
+//!   below the durable floor, which is raised and flushed ahead of it
+//!   (before the answer when an allocation would pass it; otherwise, once
+//!   the room left is less than the next allocation may take, after the
+//!   answer is out: `raise_floors_ahead`, so a bulk load does not wait for
+//!   the meta CF's flush); `open`
 //!   starts from the larger of the floor and one past the highest row key;
 //!   and `put_batch` moves `next_rowid` past the rowids it writes (replay
 //!   writes rows nobody allocated).
@@ -18,6 +22,7 @@
 //!   even where the row itself was lost.
 //! * Rowids end at `MAX_ROWID`: allocation past it fails, it never wraps.
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 
@@ -26,7 +31,7 @@ use rocksdb::ReadOptions;
 use super::cf_registry::TableEntry;
 use super::error::rocks_with;
 use super::{Db, Engine, EngineError};
-use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX, ROW_KEY_LEN};
+use crate::keys::{decode_row_key, MAX_ROWID, RESERVED_KEY_PREFIX, ROWS_PER_BLOCK, ROW_KEY_LEN};
 use crate::pack::{decode_pack_key, group_base, is_hidden, Pack};
 use crate::protocol::CfRef;
 
@@ -35,12 +40,35 @@ use crate::protocol::CfRef;
 /// after a crash allocation resumes there (DESIGN §3: keys are never reused).
 const ROWID_FLOOR_PREFIX: &[u8] = b"rowid_floor.";
 /// The floor is raised ahead of allocation by at least this many rowids (or
-/// an eighth of the rowids used, if more), so raising it, which flushes the
-/// meta CF, is rare.
+/// an eighth of the rowids used, or four times the allocation that raises
+/// it, if more), so raising it, which flushes the meta CF, is rare.
 const ROWID_FLOOR_STEP: u64 = 1 << 16;
 
+thread_local! {
+    /// Floors this service thread's allocations came near, as (table, new
+    /// floor): raised by [`Engine::raise_floors_ahead`] after the answer.
+    static RAISE_AHEAD: RefCell<Vec<(CfRef, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where the floor goes when an allocation ending at `end` of `count`
+/// rowids raises it.
+fn floor_after(end: u64, count: u32) -> u64 {
+    let ahead = ROWID_FLOOR_STEP.max(end / 8).max(4 * u64::from(count));
+    end.saturating_add(ahead).min(MAX_ROWID + 1)
+}
+
+/// Whether the room left below `floor` after an allocation ending at `end`
+/// of `count` rowids may not hold the next one: backends double their
+/// chunks and may ask for a block's rowids more (`engine_client::reserve`
+/// in the extension).
+fn floor_is_near(floor: u64, end: u64, count: u32) -> bool {
+    floor.saturating_sub(end) < 2 * u64::from(count) + ROWS_PER_BLOCK
+}
+
 impl Engine {
-    /// Reserves `count` consecutive rowids; returns the first.
+    /// Reserves `count` consecutive rowids; returns the first. The durable
+    /// floor is above them before they are returned; if the room left
+    /// below it is small, a raise is noted for [`Engine::raise_floors_ahead`].
     pub fn alloc_rowids(&self, cf: CfRef, count: u32) -> Result<u64, EngineError> {
         if count == 0 {
             return Err(EngineError::BadRequest("alloc_rowids of 0 rowids".into()));
@@ -53,8 +81,26 @@ impl Engine {
                     .filter(|&end| end <= MAX_ROWID + 1)
             })
             .map_err(|_| EngineError::RowidsExhausted(cf))?;
-        self.raise_rowid_floor(&entry, first + u64::from(count))?;
+        let end = first + u64::from(count);
+        if end > entry.rowid_floor.load(Ordering::Acquire) {
+            self.raise_rowid_floor(&entry, end, floor_after(end, count))?;
+        } else if floor_is_near(entry.rowid_floor.load(Ordering::Acquire), end, count) {
+            RAISE_AHEAD.with(|r| r.borrow_mut().push((cf, floor_after(end, count))));
+        }
         Ok(first)
+    }
+
+    /// Raises the floors this thread's allocations noted as near (after
+    /// their answers went out: the service loop's `after_reply`). A raise
+    /// that fails is left to the allocation that reaches the floor, which
+    /// raises it before answering and reports the error.
+    pub fn raise_floors_ahead(&self) {
+        let due = RAISE_AHEAD.with(|r| std::mem::take(&mut *r.borrow_mut()));
+        for (cf, floor) in due {
+            if let Some(entry) = self.lookup(cf) {
+                let _ = self.raise_rowid_floor(&entry, floor, floor);
+            }
+        }
     }
 
     /// VACUUM's truncation: sets the table's size end to one past the
@@ -73,9 +119,10 @@ impl Engine {
         Ok(entry.size_end.load(Ordering::Acquire))
     }
 
-    /// Makes the durable rowid floor of `entry` at least `end` before any
-    /// rowid below `end` is handed out (a crash must not hand them out again).
-    fn raise_rowid_floor(&self, entry: &TableEntry, end: u64) -> Result<(), EngineError> {
+    /// Makes the durable rowid floor of `entry` at least `end`, raising it
+    /// to `floor` if it is not, before any rowid below `end` is handed out
+    /// (a crash must not hand them out again).
+    fn raise_rowid_floor(&self, entry: &TableEntry, end: u64, floor: u64) -> Result<(), EngineError> {
         if end <= entry.rowid_floor.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -83,7 +130,6 @@ impl Engine {
         if end <= entry.rowid_floor.load(Ordering::Acquire) {
             return Ok(());
         }
-        let floor = end.saturating_add(ROWID_FLOOR_STEP.max(end / 8)).min(MAX_ROWID + 1);
         self.persist_rowid_floor(&entry.name, floor)?;
         entry.rowid_floor.store(floor, Ordering::Release);
         Ok(())
@@ -310,6 +356,34 @@ mod tests {
             }
             drop(engine); // crash, nothing written
         }
+    }
+
+    /// A bulk load's reservations, doubling as a backend's do
+    /// (`engine_client::reserve` in the extension): only the table's first
+    /// allocation waits for the meta CF's flush; the others find room below
+    /// the floor and leave its raise for after their answers. The floor
+    /// stays above every rowid handed out, across a crash. (Raised only
+    /// when an allocation passed it, the floor made three of these wait.)
+    #[test]
+    fn doubling_allocations_raise_the_floor_after_their_answers() {
+        let dir = TempDir::new();
+        let engine = open(&dir);
+        engine.create_cf(T).unwrap();
+        let (mut waited, mut handed_out, mut count) = (0, 0, 64u32);
+        for _ in 0..14 {
+            let before = engine.meta_flushes();
+            let first = engine.alloc_rowids(T, count).unwrap();
+            waited += engine.meta_flushes() - before;
+            handed_out = first + u64::from(count);
+            let floor = engine.lookup(T).unwrap().rowid_floor.load(Ordering::Acquire);
+            assert!(floor >= handed_out, "floor {floor} below handed-out rowid {handed_out}");
+            engine.raise_floors_ahead(); // the service loop, after the answer
+            count = (count * 2).min(1 << 17);
+        }
+        assert_eq!(waited, 1, "allocations that waited for a raise of the floor");
+        drop(engine); // a crash
+        let next = open(&dir).cf_info(T).unwrap().next_rowid;
+        assert!(next >= handed_out, "next_rowid {next} reuses handed-out rowids (up to {handed_out})");
     }
 
     #[test]
