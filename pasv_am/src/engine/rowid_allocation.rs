@@ -85,7 +85,14 @@ impl Engine {
         if end > entry.rowid_floor.load(Ordering::Acquire) {
             self.raise_rowid_floor(&entry, end, floor_after(end, count))?;
         } else if floor_is_near(entry.rowid_floor.load(Ordering::Acquire), end, count) {
-            RAISE_AHEAD.with(|r| r.borrow_mut().push((cf, floor_after(end, count))));
+            let floor = floor_after(end, count);
+            RAISE_AHEAD.with(|r| {
+                let mut due = r.borrow_mut();
+                match due.iter_mut().find(|(c, _)| *c == cf) {
+                    Some(noted) => noted.1 = noted.1.max(floor),
+                    None => due.push((cf, floor)),
+                }
+            });
         }
         Ok(first)
     }
