@@ -82,9 +82,10 @@ impl Engine {
             })
             .map_err(|_| EngineError::RowidsExhausted(cf))?;
         let end = first + u64::from(count);
-        if end > entry.rowid_floor.load(Ordering::Acquire) {
+        let durable = entry.rowid_floor.load(Ordering::Acquire);
+        if end > durable {
             self.raise_rowid_floor(&entry, end, floor_after(end, count))?;
-        } else if floor_is_near(entry.rowid_floor.load(Ordering::Acquire), end, count) {
+        } else if floor_is_near(durable, end, count) {
             let floor = floor_after(end, count);
             RAISE_AHEAD.with(|r| {
                 let mut due = r.borrow_mut();
